@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up and run the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+exec .venv/bin/python -m pytest -q "$@"

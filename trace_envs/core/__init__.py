@@ -1,0 +1,11 @@
+"""Env core: message protocol, tool-call parsing, spaces, tools, the ToolUseEnv base class."""
+
+from trace_envs.core.parsing import ParsedTurn, ToolCall, format_tool_call, parse_action, parse_assistant_text
+from trace_envs.core.spaces import MessageList, MessageText
+from trace_envs.core.tool_env import STOP_TOKEN, Episode, Score, ToolUseEnv, UserReply
+from trace_envs.core.tools import ToolBox, ToolError, ToolSpec
+
+__all__ = [
+    "Episode", "MessageList", "MessageText", "ParsedTurn", "STOP_TOKEN", "Score", "ToolBox", "ToolCall",
+    "ToolError", "ToolSpec", "ToolUseEnv", "UserReply", "format_tool_call", "parse_action", "parse_assistant_text",
+]

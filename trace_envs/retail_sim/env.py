@@ -1,0 +1,125 @@
+"""``trace/retail-sim-v0``: the built-in, offline target shaped like τ²-Bench retail.
+
+Reward (τ²-style): 0 unless the episode ended normally (user stop, agent stop or transfer); else
+[end-state DB hash == gold replay's] × [every required string communicated]. ``success`` is stricter
+("grounded"): reward 1 *and* every id the agent passed to a tool named a real entity *and* the agent
+looked up every order it was asked about — so a refusal that guessed does not count.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
+from trace_envs.retail_sim.policy import POLICY
+from trace_envs.retail_sim.scenario import Scenario, generate_scenario
+from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
+from trace_envs.retail_sim.user import ScriptedUser
+
+NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
+_ID_KEYS = ("user_id", "order_id", "product_id", "item_id", "payment_method_id", "email")
+_ID_LIST_KEYS = ("item_ids", "new_item_ids")
+
+
+def communicated(transcript: list[dict[str, Any]], required: list[str]) -> bool:
+    """τ² COMMUNICATE rule: each string appears (case-insensitive) in some assistant text, commas removed."""
+    texts = [(m.get("content") or "").lower().replace(",", "") for m in transcript if m.get("role") == "assistant"]
+    return all(any(s.lower() in t for t in texts if t.strip()) for s in required)
+
+
+class IdLedger:
+    """Which ids the agent used and whether each names a real entity of the DB."""
+
+    def __init__(self, db: dict[str, Any]):
+        self.users = set(db["users"])
+        self.emails = {u["email"].lower() for u in db["users"].values()}
+        self.orders = set(db["orders"])
+        self.products = set(db["products"])
+        self.items = {i for p in db["products"].values() for i in p["variants"]}
+        self.payments = {pm for u in db["users"].values() for pm in u["payment_methods"]}
+        self.total = 0
+        self.valid = 0
+        self.looked_up_orders: set[str] = set()
+
+    def _known(self, key: str, value: Any) -> bool:
+        if not isinstance(value, str):
+            return False
+        return {
+            "user_id": value in self.users, "order_id": value in self.orders,
+            "product_id": value in self.products, "item_id": value in self.items,
+            "payment_method_id": value in self.payments, "email": value.lower() in self.emails,
+        }[key]
+
+    def record(self, name: str, arguments: dict[str, Any]) -> None:
+        for key in _ID_KEYS:
+            if key in arguments:
+                self.total += 1
+                self.valid += self._known(key, arguments[key])
+        for key in _ID_LIST_KEYS:
+            values = arguments.get(key)
+            if isinstance(values, list):
+                for value in values:
+                    self.total += 1
+                    self.valid += self._known("item_id", value)
+        if name == "get_order_details" and isinstance(arguments.get("order_id"), str):
+            self.looked_up_orders.add(arguments["order_id"])
+
+    @property
+    def grounded(self) -> bool:
+        return self.valid == self.total
+
+
+class RetailSimEpisode(Episode):
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.initial_db = copy.deepcopy(scenario.db)
+        self.db = scenario.db
+        self.tools = build_toolbox(self.db)
+        self.system_prompt = POLICY
+        self.user = ScriptedUser(scenario)
+        self.ledger = IdLedger(self.initial_db)
+        self.writes: list[dict[str, Any]] = []
+        self.task_info = scenario.annotation()
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": self.user.opening()}]
+
+    def user_reply(self, assistant_text: str) -> UserReply:
+        return self.user.reply(assistant_text)
+
+    def on_tool_call(self, name: str, arguments: dict[str, Any], error: bool) -> None:
+        self.ledger.record(name, arguments)
+        if name in WRITE_TOOLS:
+            self.writes.append({"name": name, "arguments": arguments, "error": error})
+
+    def score(self, transcript: list[dict[str, Any]], termination: str) -> Score:
+        gold_hash = db_hash(replay(self.initial_db, self.scenario.gold_actions))
+        db_ok = float(termination in NORMAL_ENDINGS and db_hash(self.db) == gold_hash)
+        comm_ok = float(termination in NORMAL_ENDINGS and communicated(transcript, self.scenario.communicate))
+        reward = db_ok * comm_ok
+        checked = all(i.order_id in self.ledger.looked_up_orders for i in self.scenario.intents)
+        success = reward == 1.0 and self.ledger.grounded and checked
+        info = {
+            "ids_grounded": self.ledger.grounded,
+            "id_args_total": self.ledger.total,
+            "id_args_valid": self.ledger.valid,
+            "orders_checked": checked,
+            "writes": self.writes,
+            "required_capabilities": list(self.scenario.required_capabilities),
+        }
+        return Score(reward=reward, success=success, breakdown={"db": db_ok, "communicate": comm_ok}, info=info)
+
+
+class RetailSimEnv(ToolUseEnv):
+    """The built-in retail-sim target. ``n_intents``/``kinds`` pin the task mix (tests, curricula)."""
+
+    def __init__(self, max_steps: int = 30, max_errors: int = 5, n_intents: int | None = None,
+                 kinds: list[str] | None = None, render_mode: str | None = None):
+        super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        self.n_intents = n_intents
+        self.kinds = kinds
+
+    def _new_episode(self, options: dict[str, Any] | None) -> RetailSimEpisode:
+        scenario = generate_scenario(self.np_random, n_intents=self.n_intents, kinds=self.kinds)
+        return RetailSimEpisode(scenario)

@@ -1,0 +1,1 @@
+"""trace-rl training side: rollouts, trajectory store, GRPO, bootstrap, analysis, evaluation, CLI."""

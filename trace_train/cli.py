@@ -1,0 +1,58 @@
+"""The ``trace-rl`` console script: ``trace-rl <command> [hydra overrides]``.
+
+Every command is its own Hydra app (``trace_train/commands/<command>.py`` with a ``main`` decorated
+by ``hydra.main`` and a config ``conf/<command>.yaml``), so ``-m`` multirun sweeps work on each.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+# command -> one-line description; the module is trace_train.commands.<command with - as _>
+COMMANDS: dict[str, str] = {
+    "rollout": "play a policy on any registered env and write trajectories.jsonl",
+    "analyze": "contrastive capability analysis of trajectories -> selected_capabilities.json",
+    "synthesize": "emit one calibrated capability env per selected capability into generated_envs/",
+    "calibrate": "measure a policy on an env (success, reward spread, group statistics) against the gate",
+    "train": "GRPO (or SFT) of one LoRA adapter on a registered env, base frozen",
+    "compose": "train token-level MoE gates over frozen capability adapters",
+    "eval": "pass rate / pass^k with intervals on held-out seeds, per capability, across policies",
+    "pipeline": "run all of TRACE end to end and write the HTML report",
+    "report": "rebuild the HTML report of a run directory",
+    "bootstrap": "behaviour-clone the embedded default's tiny base model from the scripted expert",
+    "expert": "score the scripted oracle / imperfect expert on an env, per capability",
+}
+
+
+def _print_help(console: Console) -> None:
+    console.print("[bold]trace-rl[/bold] <command> [hydra overrides]   (add -m for a multirun sweep)\n")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("command")
+    table.add_column("what it does")
+    for name, text in COMMANDS.items():
+        table.add_row(name, text)
+    console.print(table)
+    console.print("\n`trace-rl <command> --help` shows that command's Hydra config.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    console = Console()
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        _print_help(console)
+        return
+    command = argv[0]
+    if command not in COMMANDS:
+        console.print(f"[red]unknown command {command!r}[/red]; choose one of: {', '.join(COMMANDS)}")
+        raise SystemExit(2)
+    module = importlib.import_module(f"trace_train.commands.{command.replace('-', '_')}")
+    sys.argv = [f"trace-rl {command}", *argv[1:]]
+    module.main()
+
+
+if __name__ == "__main__":
+    main()

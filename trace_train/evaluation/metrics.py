@@ -1,0 +1,87 @@
+"""Pass rate with Wilson intervals, τ²'s pass^k, and the per-capability breakdown."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from trace_train.trajectory import TrajectoryRecord
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95 % by default); (0, 1) when n == 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def pass_hat_k(trials_per_task: dict[object, list[bool]], k: int) -> float:
+    """τ²'s pass^k: mean over tasks of C(c, k) / C(n, k) (tasks with fewer than k trials are skipped)."""
+    values = [math.comb(sum(t), k) / math.comb(len(t), k) for t in trials_per_task.values() if len(t) >= k]
+    if not values:
+        raise ValueError(f"no task has {k} trials")
+    return sum(values) / len(values)
+
+
+@dataclass
+class RateCI:
+    successes: int
+    n: int
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.n if self.n else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.successes, self.n)
+
+    def to_dict(self) -> dict[str, float]:
+        low, high = self.interval
+        return {"rate": self.rate, "low": low, "high": high, "successes": self.successes, "n": self.n}
+
+
+@dataclass
+class PolicySummary:
+    policy: str
+    overall: RateCI
+    mean_reward: float
+    per_capability: dict[str, RateCI] = field(default_factory=dict)
+    pass_k: dict[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "policy": self.policy,
+            "overall": self.overall.to_dict(),
+            "mean_reward": self.mean_reward,
+            "per_capability": {c: r.to_dict() for c, r in self.per_capability.items()},
+            "pass_k": {str(k): v for k, v in self.pass_k.items()},
+        }
+
+
+def summarize(records: Iterable[TrajectoryRecord], policy: str | None = None, max_k: int = 4) -> PolicySummary:
+    """Success rate (Wilson CI), mean reward, per-capability rates (from the task's ground truth) and pass^k."""
+    records = list(records)
+    by_cap: dict[str, list[bool]] = defaultdict(list)
+    by_task: dict[object, list[bool]] = defaultdict(list)
+    for record in records:
+        caps = (record.info.get("task") or {}).get("required_capabilities")
+        if caps is None:
+            caps = record.info.get("required_capabilities", [])
+        for cap in caps or ["(none)"]:
+            by_cap[cap].append(record.success)
+        by_task[(record.env_id, record.seed)].append(record.success)
+    min_trials = min((len(v) for v in by_task.values()), default=0)
+    return PolicySummary(
+        policy=policy or (records[0].policy if records else "?"),
+        overall=RateCI(sum(r.success for r in records), len(records)),
+        mean_reward=sum(r.reward for r in records) / len(records) if records else 0.0,
+        per_capability={c: RateCI(sum(v), len(v)) for c, v in sorted(by_cap.items())},
+        pass_k={k: pass_hat_k(by_task, k) for k in range(1, min(max_k, min_trials) + 1)},
+    )

@@ -1,0 +1,46 @@
+"""The rollout interface every backend implements (DESIGN.md §3).
+
+A backend plays many episodes together and returns one ``TrajectoryRecord`` per request. Records
+from our backends carry the full token sequence of the episode (``token_ids``), a ``loss_mask`` that
+is 1 exactly on tokens the policy sampled, and the sampler's log-probs aligned with ``token_ids``
+(0.0 where the mask is 0). The trainer consumes those ids as they are: no re-tokenization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from trace_train.trajectory import TrajectoryRecord
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 96
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to play: env id + kwargs, the env seed, and the sampler seed of this member."""
+
+    env_id: str
+    seed: int
+    sample_seed: int = 0
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    group: int = 0
+
+
+class RolloutBackend(Protocol):
+    """Plays episodes with a (possibly adapted) policy."""
+
+    def rollout(
+        self,
+        requests: Sequence[EpisodeRequest],
+        sampling: SamplingParams,
+        adapter: str | None = None,
+    ) -> list[TrajectoryRecord]:
+        """Play every request to the end; one record per request, in request order."""
+        ...
