@@ -20,6 +20,7 @@ from typing import Any
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
+_COMPACT = (",", ":")  # the chat template renders tool calls compactly; emit the same bytes
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
 
@@ -135,7 +136,7 @@ def parse_action(action: Any) -> ParsedTurn:
 
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     """Render one tool call in the Qwen/Hermes text form (what scripted policies emit)."""
-    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, separators=_COMPACT)
     return f"{TOOL_CALL_OPEN}\n{payload}\n{TOOL_CALL_CLOSE}"
 
 
@@ -147,7 +148,10 @@ def assistant_message(turn: ParsedTurn) -> dict[str, Any]:
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments, ensure_ascii=False, separators=_COMPACT),
+                },
             }
             for call in turn.tool_calls
         ]

@@ -317,3 +317,13 @@ def replay(db: dict[str, Any], actions: list[tuple[str, dict[str, Any]]]) -> dic
     for name, args in actions:
         box.call(name, args)
     return db
+
+
+def tool_vocabulary() -> list[str]:
+    """Tool names, argument names and enumerated values: a domain tokenizer makes each one token."""
+    words: list[str] = []
+    for name, _, schema, _ in TOOL_DECLARATIONS:
+        words.append(name)
+        words.extend(schema["properties"])
+    words.extend(CANCEL_REASONS)
+    return list(dict.fromkeys(words))

@@ -1,0 +1,100 @@
+"""The analysis step end to end: trajectories in, labeling runs, aggregation, files out."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trace_train.analysis.aggregate import AnalysisResult, Thresholds, aggregate, write_selected
+from trace_train.analysis.labels import Capability, LabelRun
+from trace_train.analysis.llm_client import ChatClient
+from trace_train.analysis.llm_labeler import LLMLabeler, load_capabilities
+from trace_train.analysis.probes import ProgrammaticLabeler, capabilities_for, detect_domain
+from trace_train.trajectory import TrajectoryRecord, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AnalysisOutput:
+    result: AnalysisResult
+    capabilities: list[Capability]
+    runs: list[LabelRun]
+    out_dir: Path
+
+
+def success_map(records: Sequence[TrajectoryRecord]) -> dict[str, bool]:
+    success: dict[str, bool] = {}
+    for r in records:
+        if r.episode_id in success:
+            raise ValueError(f"duplicate episode_id {r.episode_id!r}: give every trajectory a unique id")
+        success[r.episode_id] = bool(r.success)
+    return success
+
+
+def thresholds_from(cfg: DictConfig) -> Thresholds:
+    return Thresholds(rho=float(cfg.rho), delta=float(cfg.delta), k=int(cfg.k), epsilon=float(cfg.epsilon))
+
+
+def programmatic_runs(records: Sequence[TrajectoryRecord], cfg: DictConfig, n_runs: int):
+    domain = cfg.domain if cfg.domain != "auto" else detect_domain(records)
+    names = list(cfg.capabilities) if cfg.get("capabilities") else None
+    caps = capabilities_for(domain, include_generic=bool(cfg.include_generic), names=names)
+    logger.info("programmatic labeler: domain %s, %d capabilities", domain, len(caps))
+    labeler = ProgrammaticLabeler(caps, noise_rate=float(cfg.noise_rate), seed=int(cfg.seed))
+    return caps, labeler.label(records, n_runs)
+
+
+def llm_runs(records: Sequence[TrajectoryRecord], cfg: DictConfig, n_runs: int, out_dir: Path):
+    cache = cfg.cache_dir or str(Path.home() / ".cache" / "trace-rl" / "llm_analysis")
+    client = ChatClient(
+        base_url=cfg.base_url, model=cfg.model, api_key=cfg.api_key, temperature=float(cfg.temperature),
+        max_tokens=int(cfg.max_tokens), timeout=float(cfg.timeout), retries=int(cfg.retries), cache_dir=cache,
+    )
+    labeler = LLMLabeler(client, batch_size=int(cfg.batch_size), label_retries=int(cfg.label_retries),
+                         seed=int(cfg.seed), max_tool_chars=int(cfg.max_tool_chars),
+                         discovery_max_chars=int(cfg.discovery_max_chars))
+    if cfg.capabilities_file:
+        caps = load_capabilities(cfg.capabilities_file)
+    else:
+        caps = labeler.discover(records, max_candidates=int(cfg.max_candidates))
+        write_json_atomic(out_dir / "candidate_capabilities.json", {"candidates": [c.to_dict() for c in caps]})
+    runs = labeler.label(records, caps, n_runs)
+    logger.info("llm labeler: %d requests, %d cache hits", client.requests_made, client.cache_hits)
+    return caps, runs
+
+
+def run_analysis(records: Sequence[TrajectoryRecord], cfg: DictConfig, labeler: str, out_dir: str | Path,
+                 run_meta: dict[str, Any] | None = None) -> AnalysisOutput:
+    """Label ``records`` with the configured labeler, aggregate, write the outputs into ``out_dir``.
+
+    ``cfg`` is the ``analysis`` config group (conf/analysis/default.yaml).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not records:
+        raise ValueError("no trajectories to analyze")
+    success = success_map(records)
+    n_runs = int(cfg.n_runs)
+    if labeler == "programmatic":
+        caps, runs = programmatic_runs(records, cfg.programmatic, n_runs)
+    elif labeler == "llm":
+        caps, runs = llm_runs(records, cfg.llm, n_runs, out)
+    else:
+        raise ValueError(f"labeler must be 'programmatic' or 'llm', got {labeler!r}")
+    result = aggregate(runs, caps, success, thresholds_from(cfg))
+    for run in runs:
+        write_json_atomic(out / "labels" / f"run_{run.run + 1:02d}.json",
+                          run.to_partition(success, [c.name for c in caps]))
+    doc = result.to_json()
+    doc["run"] = {"labeler": labeler, **(run_meta or {}), "analysis": OmegaConf.to_container(cfg, resolve=True)}
+    write_json_atomic(out / "selected_capabilities.json", doc)
+    return AnalysisOutput(result=result, capabilities=list(caps), runs=runs, out_dir=out)
+
+
+__all__ = ["AnalysisOutput", "run_analysis", "write_selected"]

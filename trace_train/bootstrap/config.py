@@ -1,0 +1,55 @@
+"""Typed bootstrap config; mirrors ``conf/bootstrap/default.yaml`` one to one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class KnobsConfig:
+    precondition: float = 0.5
+    structured: float = 0.5
+    multi_step: float = 0.5
+    precision: float = 0.5
+
+
+@dataclass
+class BootstrapConfig:
+    env: str = "trace/retail-sim-v0"
+    preset: str = "tiny"
+    vocab_size: int = 1024
+    tokenizer_episodes: int = 1500
+    render_tools: bool = False  # tiny models learn the tools from data; schemas would triple the context
+    knobs: KnobsConfig = field(default_factory=KnobsConfig)
+    steps: int = 2000
+    batch_size: int = 8
+    lr: float = 2e-3
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    max_len: int = 2048
+    seed: int = 0
+    threads: int = 1
+    checkpoint_every: int = 100
+    time_budget_min: float = 60.0
+    probe_episodes: int = 100
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BootstrapConfig":
+        data = dict(data)
+        knobs = KnobsConfig(**data.pop("knobs", {}))
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown bootstrap config keys: {sorted(unknown)}")
+        return cls(knobs=knobs, **data)
+
+    def content_hash(self) -> str:
+        """Hash of everything that determines the trained model (threads and budget excluded)."""
+        relevant = asdict(self)
+        for key in ("threads", "checkpoint_every", "probe_episodes"):
+            relevant.pop(key)
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,79 @@
+"""Behaviour-cloning data: episodes of the imperfect scripted expert, encoded once by the ONE renderer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary, split_seeds
+from trace_envs.retail_sim.tools import tool_vocabulary
+from trace_train.bootstrap.config import BootstrapConfig
+from trace_train.model import ChatRenderer, build_tokenizer, render_chat
+from trace_train.rollout.base import EpisodeRequest
+from trace_train.rollout.scripted import ScriptedRolloutBackend
+from trace_train.trajectory import TrajectoryRecord
+
+# Train-split seeds are partitioned: the tokenizer corpus, then the BC stream (probe uses test seeds).
+TOKENIZER_SEED_OFFSET = 0
+TRAIN_SEED_OFFSET = 100_000
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    loss_mask: list[int]
+    seed: int
+
+
+def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
+    knobs = ExpertKnobs(**vars(cfg.knobs))
+    return ScriptedRolloutBackend(lambda seed: ScriptedExpert(knobs, seed=seed))
+
+
+def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int]) -> list[TrajectoryRecord]:
+    backend = expert_backend(cfg)
+    return backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s) for s in seeds])
+
+
+def domain_vocabulary() -> list[str]:
+    return atomic_vocabulary() + [w for w in tool_vocabulary() if w not in set(atomic_vocabulary())]
+
+
+def train_tokenizer(cfg: BootstrapConfig):
+    seeds = split_seeds("train", cfg.tokenizer_episodes, offset=TOKENIZER_SEED_OFFSET)
+    records = expert_episodes(cfg, seeds)
+    corpus = [render_chat(r.messages, r.info.get("tools") if cfg.render_tools else None,
+                          add_generation_prompt=False) for r in records]
+    return build_tokenizer(corpus, domain_vocabulary(), vocab_size=cfg.vocab_size, seed=cfg.seed)
+
+
+def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig) -> Example:
+    enc = renderer.encode_episode(record.messages, record.info.get("tools") if cfg.render_tools else None)
+    return Example(enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len], record.seed)
+
+
+def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
+    """The train seeds of BC step ``step`` (deterministic: a resumed run sees the same data)."""
+    start = TRAIN_SEED_OFFSET + step * cfg.batch_size
+    return split_seeds("train", cfg.batch_size, offset=start)
+
+
+def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
+    for step in range(start_step, cfg.steps):
+        records = expert_episodes(cfg, batch_seeds(cfg, step))
+        yield step, [encode(renderer, r, cfg) for r in records]
+
+
+def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Right-padded ids, attention mask and loss mask arrays."""
+    width = max(len(e.ids) for e in examples)
+    ids = np.full((len(examples), width), pad_id, dtype=np.int64)
+    attn = np.zeros((len(examples), width), dtype=np.int64)
+    mask = np.zeros((len(examples), width), dtype=np.int64)
+    for row, e in enumerate(examples):
+        ids[row, : len(e.ids)] = e.ids
+        attn[row, : len(e.ids)] = 1
+        mask[row, : len(e.loss_mask)] = e.loss_mask
+    return ids, attn, mask

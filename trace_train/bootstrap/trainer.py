@@ -1,0 +1,155 @@
+"""Behaviour cloning loop: loss on assistant tokens only, checkpoints, exact resume, cache by config hash.
+
+Layout of a bootstrap directory (``<cache>/<config hash>/``)::
+
+    tokenizer/            the domain tokenizer (trained once)
+    checkpoint.pt         model + optimizer + RNG + step (atomic; the resume point)
+    metrics.jsonl         one line per logged step
+    model/                the final policy in Hugging Face format (model + tokenizer)
+    bootstrap.json        config, its hash, final probe metrics, wall time
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from transformers import AutoTokenizer
+
+from trace_train.bootstrap.config import BootstrapConfig
+from trace_train.bootstrap.data import batches, pad_batch, train_tokenizer
+from trace_train.bootstrap.probe import teacher_forced_probe
+from trace_train.model import ChatRenderer, build_model, save_policy
+from trace_train.trajectory import append_jsonl, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def lr_at(cfg: BootstrapConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr_ratio`` of the peak."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of next-token prediction on positions whose *target* has loss mask 1.
+
+    The LM head runs only on those positions (assistant tokens are ~20 % of an episode).
+    """
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    select = mask[:, 1:].bool()
+    logits = model.lm_head(hidden[:, :-1][select])
+    return torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][select])
+
+
+def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                     elapsed: float) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "elapsed": elapsed, "torch_rng": torch.get_rng_state()}, tmp)
+    os.replace(tmp, path)
+
+
+class Bootstrapper:
+    """Runs (or resumes, or reuses) one bootstrap for one config."""
+
+    def __init__(self, cfg: BootstrapConfig, cache_dir: str | Path):
+        self.cfg = cfg
+        self.config_hash = cfg.content_hash()
+        self.dir = Path(cache_dir) / self.config_hash
+
+    @property
+    def model_dir(self) -> Path:
+        return self.dir / "model"
+
+    def is_done(self) -> bool:
+        return (self.dir / "bootstrap.json").exists() and (self.model_dir / "config.json").exists()
+
+    def _tokenizer(self):
+        tok_dir = self.dir / "tokenizer"
+        if (tok_dir / "tokenizer.json").exists():
+            return AutoTokenizer.from_pretrained(tok_dir)
+        tokenizer = train_tokenizer(self.cfg)
+        tmp = self.dir / "tokenizer.tmp"
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, tok_dir)
+        return tokenizer
+
+    def run(self, progress: bool = True) -> dict[str, Any]:
+        """Train to ``cfg.steps`` (resuming if a checkpoint exists); returns the summary."""
+        if self.is_done():
+            logger.info("bootstrap %s is cached at %s", self.config_hash, self.dir)
+            return json.loads((self.dir / "bootstrap.json").read_text())
+        cfg = self.cfg
+        torch.set_num_threads(cfg.threads)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tokenizer = self._tokenizer()
+        renderer = ChatRenderer(tokenizer)
+        model = build_model(cfg.preset, tokenizer, seed=cfg.seed, max_position_embeddings=max(cfg.max_len, 2048))
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                      betas=(0.9, 0.95))
+        ckpt_path = self.dir / "checkpoint.pt"
+        start_step, elapsed = 0, 0.0
+        if ckpt_path.exists():
+            state = torch.load(ckpt_path, weights_only=False)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            start_step, elapsed = state["step"], state["elapsed"]
+            logger.info("resuming bootstrap %s at step %d", self.config_hash, start_step)
+        budget_s = cfg.time_budget_min * 60
+        started = time.perf_counter() - elapsed
+        tokens_seen, ema, stopped_early = 0, None, False
+        columns = [TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+        with Progress(*columns, disable=not progress) as bar:
+            task = bar.add_task("bc", total=cfg.steps, completed=start_step, loss="-")
+            for step, examples in batches(cfg, renderer, start_step):
+                ids, attn, mask = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(cfg, step)
+                loss = masked_lm_loss(model, ids, attn, mask)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optimizer.step()
+                tokens_seen += int(attn.sum())
+                ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+                bar.update(task, completed=step + 1, loss=f"{ema:.3f}")
+                now = time.perf_counter() - started
+                if (step + 1) % 10 == 0:
+                    append_jsonl(self.dir / "metrics.jsonl", {"step": step + 1, "loss": loss.item(), "loss_ema": ema,
+                                                              "lr": lr_at(cfg, step), "grad_norm": float(grad_norm),
+                                                              "elapsed_s": now})
+                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now)
+                if now > budget_s:
+                    logger.warning("time budget of %.0f min reached at step %d of %d", cfg.time_budget_min,
+                                   step + 1, cfg.steps)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now)
+                    stopped_early = True
+                    break
+        model.eval()
+        probe = teacher_forced_probe(model, tokenizer, renderer, cfg)
+        tmp = self.dir / "model.tmp"
+        save_policy(model, tokenizer, tmp)
+        os.replace(tmp, self.model_dir)
+        summary = {"config": asdict(cfg), "config_hash": self.config_hash, "wall_s": time.perf_counter() - started,
+                   "final_loss_ema": ema, "stopped_early": stopped_early, "probe": probe,
+                   "parameters": sum(p.numel() for p in model.parameters())}
+        write_json_atomic(self.dir / "bootstrap.json", summary)
+        return summary
+
+
