@@ -1,0 +1,257 @@
+"""ComposedModel: a Hugging Face causal LM with token-level gates over N frozen LoRA adapters.
+
+The composition is installed in place: every projection the adapters target is replaced by a
+:class:`~trace_moe.gated_lora.GatedLoRALinear`, and a forward hook on each decoder block's input
+layernorm runs that block's gate. ``generate`` is the model's own HF ``generate``: gates route every
+new token, also during incremental decoding with a KV cache.
+
+``save(dir)`` writes ``compose.json`` (base, gate settings, adapter paths + content hashes) and
+``gates.safetensors``; ``load(dir)`` refuses adapters whose content hash changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trace_moe.adapters import LoraAdapter, check_compatible, hash_adapter_dir, load_adapters
+from trace_moe.gated_lora import (
+    BlockGate,
+    GateConfig,
+    GatedLoRALinear,
+    RoutingControl,
+    TrainableReport,
+    check_only_gates_trainable,
+)
+
+logger = logging.getLogger(__name__)
+
+COMPOSE_JSON = "compose.json"
+GATES_FILE = "gates.safetensors"
+FORMAT_VERSION = 1
+
+
+def find_decoder_blocks(model: nn.Module, norm_attr: str = "input_layernorm") -> tuple[str, nn.ModuleList]:
+    """Locate the decoder blocks: the longest ``nn.ModuleList`` whose every child has ``norm_attr``.
+
+    Works for Qwen2/Qwen3/Qwen3-MoE/Llama/Mistral-style models (``model.layers[i].input_layernorm``).
+    """
+    best: tuple[str, nn.ModuleList] | None = None
+    for name, module in model.named_modules():
+        if (isinstance(module, nn.ModuleList) and len(module) > 0
+                and all(hasattr(m, norm_attr) for m in module)
+                and (best is None or len(module) > len(best[1]))):
+            best = (name, module)
+    if best is None:
+        raise ValueError(f"no decoder blocks found: no nn.ModuleList whose children all have {norm_attr!r}")
+    return best
+
+
+class ComposedModel(nn.Module):
+    """Base causal LM + N frozen LoRA adapters + one trainable gate per decoder block.
+
+    Slot 0 is the base model (no adapter); slot i (1..N) is ``adapters[i - 1]``.
+    """
+
+    def __init__(self, model: nn.Module, adapters: Sequence[LoraAdapter], gate_config: GateConfig | None = None,
+                 norm_attr: str = "input_layernorm") -> None:
+        super().__init__()
+        check_compatible(adapters)
+        self.gate_config = gate_config or GateConfig()
+        self.norm_attr = norm_attr
+        self.adapters = list(adapters)
+        self.control = RoutingControl()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.model = model
+        prefix, blocks = find_decoder_blocks(model, norm_attr)
+        self.num_layers = len(blocks)
+        first_norm = getattr(blocks[0], norm_attr)
+        ref = next(first_norm.parameters(), None)
+        hidden = ref.shape[0] if ref is not None else int(model.config.hidden_size)
+        device = ref.device if ref is not None else torch.device("cpu")
+        self.hidden_size = int(hidden)
+        self.gates = nn.ModuleList(
+            BlockGate(hidden, self.num_slots, self.gate_config, self.control, i).to(device)
+            for i in range(self.num_layers)
+        )
+        self._hooks = [
+            getattr(block, norm_attr).register_forward_hook(gate.hook) for block, gate in zip(blocks, self.gates)
+        ]
+        self._install(prefix)
+
+    # ------------------------------------------------------------------ construction
+    def _install(self, prefix: str) -> None:
+        module_names = sorted(self.adapters[0].weights)
+        block_prefix = f"{prefix}." if prefix else ""
+        for name in module_names:
+            rest = name[len(block_prefix):] if name.startswith(block_prefix) else None
+            if rest is None or not rest.split(".", 1)[0].isdigit():
+                raise ValueError(f"adapted module {name!r} is not inside the decoder blocks {prefix!r}")
+            layer = int(rest.split(".", 1)[0])
+            try:
+                base = self.model.get_submodule(name)
+            except AttributeError as exc:
+                raise ValueError(f"adapted module {name!r} does not exist in the base model") from exc
+            parent_name, _, child = name.rpartition(".")
+            wrapped = GatedLoRALinear(
+                base,
+                [ad.weights[name][0] for ad in self.adapters],
+                [ad.weights[name][1] for ad in self.adapters],
+                [ad.scale for ad in self.adapters],
+                self.gates[layer],
+            )
+            setattr(self.model.get_submodule(parent_name), child, wrapped)
+        self.adapted_modules = module_names
+        logger.info("composed %d adapters over %d projections in %d blocks",
+                    len(self.adapters), len(module_names), self.num_layers)
+
+    @classmethod
+    def from_pretrained(cls, base: str | Path, adapter_dirs: Sequence[str | Path],
+                        gate_config: GateConfig | None = None, adapter_names: Sequence[str] | None = None,
+                        torch_dtype: torch.dtype | None = None, norm_attr: str = "input_layernorm") -> ComposedModel:
+        """Load an HF causal LM from ``base`` and compose the peft adapters in ``adapter_dirs``."""
+        from transformers import AutoModelForCausalLM
+
+        adapters = load_adapters(adapter_dirs, adapter_names)
+        kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
+        model = AutoModelForCausalLM.from_pretrained(str(base), **kwargs)
+        _warn_base_mismatch(str(base), adapters)
+        return cls(model, adapters, gate_config, norm_attr)
+
+    # ------------------------------------------------------------------ use
+    @property
+    def num_slots(self) -> int:
+        return len(self.adapters) + 1
+
+    @property
+    def slot_names(self) -> list[str]:
+        """``['base', <adapter names>...]``: the name of each slot."""
+        return ["base"] + [a.name for a in self.adapters]
+
+    def slot_of(self, name: str | None) -> int:
+        """Slot index of an adapter name; ``None``/'base'/'none' mean slot 0."""
+        if name is None or name in ("base", "none", ""):
+            return 0
+        names = self.slot_names
+        if name not in names:
+            raise KeyError(f"unknown adapter {name!r}; slots are {names}")
+        return names.index(name)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """HF ``generate`` of the underlying model; gates act on every token."""
+        return self.model.generate(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def forcing(self, slots: int | torch.Tensor | None) -> Iterator[None]:
+        """Route all tokens to ``slots`` (int, per-sequence (B,) or per-token (B, T)) with g = 1."""
+        previous = self.control.forced
+        self.control.forced = slots
+        try:
+            yield
+        finally:
+            self.control.forced = previous
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[None]:
+        """Keep each gate's (detached) input of the last forward pass in ``gate.last_input``."""
+        previous = self.control.capture_inputs
+        self.control.capture_inputs = True
+        try:
+            yield
+        finally:
+            self.control.capture_inputs = previous
+
+    def gate_parameters(self) -> list[nn.Parameter]:
+        return list(self.gates.parameters())
+
+    def check_trainable(self) -> TrainableReport:
+        """Assert only gate parameters train; returns the trainable/frozen counts."""
+        return check_only_gates_trainable(self, "gates.")
+
+    def layer_logits(self) -> list[torch.Tensor]:
+        """Gate logits (B, T, N + 1) of every block from the last forward pass."""
+        out = [g.last_logits for g in self.gates]
+        if any(o is None for o in out):
+            raise RuntimeError("no forward pass has run through every gate yet")
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, out_dir: str | Path) -> Path:
+        """Write gate weights (safetensors) and ``compose.json`` with adapter references + hashes."""
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.gates.state_dict().items()}
+        save_file(state, str(out / GATES_FILE))
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "base_model": str(getattr(self.model, "name_or_path", "") or ""),
+            "norm_attr": self.norm_attr,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "gate_config": asdict(self.gate_config),
+            "adapters": [
+                {"name": a.name, "path": a.path, "sha256": a.content_hash, "rank": a.rank, "alpha": a.alpha}
+                for a in self.adapters
+            ],
+        }
+        from trace_train.trajectory import write_json_atomic
+
+        write_json_atomic(out / COMPOSE_JSON, meta)
+        return out
+
+    @classmethod
+    def load(cls, in_dir: str | Path, model: nn.Module | None = None,
+             adapter_paths: Sequence[str | Path] | None = None,
+             torch_dtype: torch.dtype | None = None) -> ComposedModel:
+        """Rebuild a saved composition; raises ``ValueError`` if an adapter's content hash changed.
+
+        ``model`` reuses an already loaded base; otherwise the base is loaded from the recorded path.
+        ``adapter_paths`` overrides the recorded adapter locations (the hashes must still match).
+        """
+        from safetensors.torch import load_file
+
+        in_dir = Path(in_dir)
+        meta = json.loads((in_dir / COMPOSE_JSON).read_text())
+        if meta.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(f"{in_dir}: compose format {meta['format_version']} is newer than this trace-rl")
+        records = meta["adapters"]
+        paths = list(adapter_paths) if adapter_paths is not None else [r["path"] for r in records]
+        if len(paths) != len(records):
+            raise ValueError(f"{len(paths)} adapter paths given, composition has {len(records)}")
+        for rec, path in zip(records, paths):
+            actual = hash_adapter_dir(path)
+            if actual != rec["sha256"]:
+                raise ValueError(
+                    f"adapter {rec['name']!r} at {path} has content hash {actual[:12]}…, "
+                    f"the composition was trained with {rec['sha256'][:12]}…"
+                )
+        adapters = load_adapters(paths, [r["name"] for r in records])
+        if model is None:
+            from transformers import AutoModelForCausalLM
+
+            kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
+            model = AutoModelForCausalLM.from_pretrained(meta["base_model"], **kwargs)
+        composed = cls(model, adapters, GateConfig(**meta["gate_config"]), meta.get("norm_attr", "input_layernorm"))
+        state = load_file(str(in_dir / GATES_FILE))
+        composed.gates.load_state_dict(state, strict=True)
+        return composed
+
+
+def _warn_base_mismatch(base: str, adapters: Sequence[LoraAdapter]) -> None:
+    recorded = adapters[0].base_model
+    if recorded and Path(recorded).name != Path(base).name:
+        logger.warning("adapters were trained on base %r but composing onto %r", recorded, base)

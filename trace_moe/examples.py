@@ -1,0 +1,124 @@
+"""Gate-training data: tokenized sequences with a loss mask and a capability slot label."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GateExample:
+    """One sequence: ``loss_mask[t] = 1`` on assistant (policy) tokens; ``label`` is the slot to route to.
+
+    Slot 0 is the base model, slot i >= 1 the i-th adapter. ``episode_id`` groups examples for the
+    majority-per-episode routing accuracy (empty: every example is its own episode).
+    """
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    label: int
+    episode_id: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.input_ids) != len(self.loss_mask):
+            raise ValueError(f"input_ids ({len(self.input_ids)}) and loss_mask ({len(self.loss_mask)}) differ in length")
+        if self.label < 0:
+            raise ValueError(f"label must be a slot index >= 0, got {self.label}")
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T)
+    loss_mask: torch.Tensor  # (B, T) float
+    labels: torch.Tensor  # (B,)
+
+
+def collate(examples: Sequence[GateExample], pad_id: int = 0, max_len: int | None = None) -> Batch:
+    """Right-pad a list of examples (truncated to ``max_len``) into tensors."""
+    seqs = [(e.input_ids[:max_len], e.loss_mask[:max_len]) if max_len else (e.input_ids, e.loss_mask) for e in examples]
+    length = max(len(s[0]) for s in seqs)
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), length), dtype=torch.long)
+    mask = torch.zeros((len(seqs), length), dtype=torch.float32)
+    for i, (s, m) in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        att[i, : len(s)] = 1
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    labels = torch.tensor([e.label for e in examples], dtype=torch.long)
+    return Batch(ids, att, mask, labels)
+
+
+def example_from_record(row: Mapping[str, Any], slot_names: Sequence[str],
+                        capability_key: str = "capability") -> GateExample | None:
+    """A :class:`GateExample` from a JSON record, or ``None`` if it has no token data.
+
+    Accepts GateExample-like rows (``input_ids``, ``loss_mask``, ``label`` as slot index or name) and
+    trajectory records (``token_ids``, ``loss_mask``, ``info[capability_key]``). A capability name
+    maps to its slot in ``slot_names`` (``'base'``/``'none'``/missing = slot 0).
+    """
+    ids = row.get("input_ids", row.get("token_ids"))
+    mask = row.get("loss_mask")
+    if not ids or mask is None:
+        return None
+    label: Any = row.get("label")
+    if label is None:
+        label = (row.get("info") or {}).get(capability_key)
+    if isinstance(label, bool):
+        raise ValueError(f"label {label!r} is not a slot")  # noqa: TRY004
+    if label is None or label in ("base", "none", ""):
+        slot = 0
+    elif isinstance(label, int):
+        slot = label
+    elif label in slot_names:
+        slot = list(slot_names).index(label)
+    else:
+        raise ValueError(f"capability {label!r} is not one of the slots {list(slot_names)}")
+    if slot >= len(slot_names):
+        raise ValueError(f"label slot {slot} out of range for {len(slot_names)} slots")
+    episode = str(row.get("episode_id") or "")
+    return GateExample(list(ids), list(mask), slot, episode)
+
+
+def read_examples(path: str | Path, slot_names: Sequence[str], only_successful: bool = True,
+                  capability_key: str = "capability") -> list[GateExample]:
+    """Read GateExamples from a JSONL file (see :func:`example_from_record`).
+
+    With ``only_successful`` trajectory rows whose ``success`` is false are dropped (the paper trains
+    gates on successful synthetic-env rollouts only).
+    """
+    from trace_train.trajectory import ReadReport, iter_jsonl
+
+    report = ReadReport()
+    out: list[GateExample] = []
+    skipped = 0
+    for row in iter_jsonl(path, report):
+        if only_successful and row.get("success") is False:
+            skipped += 1
+            continue
+        ex = example_from_record(row, slot_names, capability_key)
+        if ex is None:
+            skipped += 1
+            continue
+        out.append(ex)
+    if skipped:
+        logger.info("%s: skipped %d rows (unsuccessful or without token data)", path, skipped)
+    return out
+
+
+def iter_batches(examples: Sequence[GateExample], batch_size: int, order: Iterable[int]) -> Iterable[list[GateExample]]:
+    chunk: list[GateExample] = []
+    for i in order:
+        chunk.append(examples[int(i)])
+        if len(chunk) == batch_size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

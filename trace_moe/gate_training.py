@@ -1,0 +1,238 @@
+"""Training the gates of a :class:`~trace_moe.composed.ComposedModel` (base and adapters frozen).
+
+Loss = LM cross-entropy on masked (assistant) tokens
+     + lambda_LB    * Switch load-balancing loss  N_slots * sum_i f_i P_i   (mean over blocks)
+     + lambda_label * cross-entropy of gate logits vs the example's slot label (mean over blocks)
+
+Two modes: ``end_to_end`` runs the routed model and back-propagates all three terms into the gates;
+``captured`` (the paper's memory-efficient path) runs the model once per example under no_grad with
+routing forced to the example's label, captures every block's gate input, and trains the gates on
+those inputs with the label and load-balancing terms only (the LM term is then not available).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trace_moe.composed import ComposedModel
+from trace_moe.examples import GateExample, collate, iter_batches
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GateTrainConfig:
+    """Gate optimisation settings. :meth:`paper` gives the paper's preset."""
+
+    lr: float = 5e-4
+    epochs: int = 3
+    weight_decay: float = 0.01
+    warmup_frac: float = 0.05
+    lb_coef: float = 0.001
+    label_coef: float = 0.5
+    batch_size: int = 1
+    grad_accum: int = 8
+    max_grad_norm: float = 1.0
+    max_len: int = 8192
+    pad_id: int = 0
+    mode: Literal["end_to_end", "captured"] = "end_to_end"
+    seed: int = 0
+
+    @classmethod
+    def paper(cls) -> GateTrainConfig:
+        """AdamW lr 5e-4, wd 0.01, 5 % warmup + linear decay, 3 epochs, lambda_LB 0.001, micro-batch 1,
+        grad-accum 8, clip 1.0; label coefficient 0.5 (the repo's recommended value)."""
+        return cls()
+
+
+@dataclass
+class GateTrainMetrics:
+    """Per-epoch mean losses and totals of a gate training run."""
+
+    epochs: list[dict[str, float]] = field(default_factory=list)
+    optimizer_steps: int = 0
+    trainable_params: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_balancing_loss(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Switch LB loss N * sum_i f_i P_i over the masked tokens of one block's gate logits (…, N)."""
+    sel = logits[mask.bool()]
+    if sel.numel() == 0:
+        return logits.sum() * 0.0
+    probs = sel.float().softmax(-1)
+    n = probs.shape[-1]
+    f = F.one_hot(probs.argmax(-1), n).float().mean(0)
+    return n * (f * probs.mean(0)).sum()
+
+
+def label_loss(logits: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token CE of gate logits (B, T, N) vs each sequence's slot label, over masked tokens."""
+    per_token = labels[:, None].expand(mask.shape)
+    m = mask.bool()
+    if not m.any():
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[m].float(), per_token[m])
+
+
+def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Next-token CE on positions whose *target* token has loss_mask = 1."""
+    target_mask = loss_mask[:, 1:]
+    if target_mask.sum() == 0:
+        return logits.sum() * 0.0
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), reduction="none")
+    return (ce * target_mask.flatten()).sum() / target_mask.sum()
+
+
+def _gate_mask(batch_loss_mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Tokens whose routing counts: assistant tokens; all real tokens if a row has none."""
+    mask = batch_loss_mask.clone()
+    empty = mask.sum(1) == 0
+    mask[empty] = attention_mask[empty].float()
+    return mask
+
+
+def _optimizer(composed: ComposedModel, cfg: GateTrainConfig, total_steps: int):
+    opt = torch.optim.AdamW(composed.gate_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warmup = max(1, math.ceil(cfg.warmup_frac * total_steps)) if cfg.warmup_frac > 0 else 0
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def train_gates(composed: ComposedModel, examples: Sequence[GateExample],
+                cfg: GateTrainConfig | None = None) -> GateTrainMetrics:
+    """Train only the gates of ``composed`` on ``examples``; returns per-epoch metrics."""
+    cfg = cfg or GateTrainConfig()
+    if not examples:
+        raise ValueError("no gate training examples")
+    bad = [e.label for e in examples if e.label >= composed.num_slots]
+    if bad:
+        raise ValueError(f"labels {sorted(set(bad))} out of range for {composed.num_slots} slots")
+    report = composed.check_trainable()
+    composed.model.eval()
+    start = time.perf_counter()
+    if cfg.mode == "captured":
+        metrics = _train_captured(composed, examples, cfg)
+    elif cfg.mode == "end_to_end":
+        metrics = _train_end_to_end(composed, examples, cfg)
+    else:
+        raise ValueError(f"unknown gate training mode {cfg.mode!r}")
+    metrics.trainable_params = report.trainable
+    metrics.seconds = time.perf_counter() - start
+    return metrics
+
+
+def _train_end_to_end(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig) -> GateTrainMetrics:
+    rng = np.random.default_rng(cfg.seed)
+    micro_per_epoch = math.ceil(len(examples) / cfg.batch_size)
+    total_steps = max(1, math.ceil(micro_per_epoch / cfg.grad_accum) * cfg.epochs)
+    opt, sched = _optimizer(composed, cfg, total_steps)
+    device = next(composed.gates.parameters()).device
+    metrics = GateTrainMetrics()
+    for epoch in range(cfg.epochs):
+        sums = {"lm": 0.0, "lb": 0.0, "label": 0.0, "total": 0.0}
+        count = 0
+        opt.zero_grad(set_to_none=True)
+        batches = list(iter_batches(examples, cfg.batch_size, rng.permutation(len(examples))))
+        for i, chunk in enumerate(batches):
+            b = collate(chunk, cfg.pad_id, cfg.max_len)
+            ids, att = b.input_ids.to(device), b.attention_mask.to(device)
+            lmask, labels = b.loss_mask.to(device), b.labels.to(device)
+            out = composed(input_ids=ids, attention_mask=att, use_cache=False)
+            gmask = _gate_mask(lmask, att)
+            layer_logits = composed.layer_logits()
+            l_lm = lm_loss(out.logits, ids, lmask)
+            l_lb = torch.stack([load_balancing_loss(lg, gmask) for lg in layer_logits]).mean()
+            l_lab = torch.stack([label_loss(lg, gmask, labels) for lg in layer_logits]).mean()
+            loss = l_lm + cfg.lb_coef * l_lb + cfg.label_coef * l_lab
+            (loss / cfg.grad_accum).backward()
+            for k, v in (("lm", l_lm), ("lb", l_lb), ("label", l_lab), ("total", loss)):
+                sums[k] += float(v.detach())
+            count += 1
+            if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
+                _step(composed, opt, sched, cfg)
+                metrics.optimizer_steps += 1
+        epoch_metrics = {k: v / max(1, count) for k, v in sums.items()} | {"epoch": epoch}
+        metrics.epochs.append(epoch_metrics)
+        logger.info("gate epoch %d: %s", epoch, {k: round(v, 4) for k, v in epoch_metrics.items()})
+    return metrics
+
+
+def _step(composed: ComposedModel, opt, sched, cfg: GateTrainConfig) -> None:
+    if cfg.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(composed.gate_parameters(), cfg.max_grad_norm)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+
+
+@torch.no_grad()
+def capture_gate_inputs(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig
+                        ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Per block, the gate inputs (M, d) of all masked tokens, with routing forced to each label."""
+    device = next(composed.gates.parameters()).device
+    per_layer: list[list[torch.Tensor]] = [[] for _ in range(composed.num_layers)]
+    labels: list[torch.Tensor] = []
+    order = range(len(examples))
+    for chunk in iter_batches(examples, cfg.batch_size, order):
+        b = collate(chunk, cfg.pad_id, cfg.max_len)
+        ids, att = b.input_ids.to(device), b.attention_mask.to(device)
+        gmask = _gate_mask(b.loss_mask.to(device), att).bool()
+        with composed.forcing(b.labels.to(device)), composed.capturing():
+            composed(input_ids=ids, attention_mask=att, use_cache=False)
+            for layer, gate in enumerate(composed.gates):
+                per_layer[layer].append(gate.last_input[gmask].float())
+                gate.last_input = None
+        labels.append(b.labels.to(device)[:, None].expand(gmask.shape)[gmask])
+    return [torch.cat(x) for x in per_layer], torch.cat(labels)
+
+
+def _train_captured(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig) -> GateTrainMetrics:
+    inputs, labels = capture_gate_inputs(composed, examples, cfg)
+    n_tok = labels.shape[0]
+    tokens_per_step = max(1, cfg.batch_size * cfg.grad_accum * max(1, n_tok // max(1, len(examples))))
+    steps_per_epoch = max(1, math.ceil(n_tok / tokens_per_step))
+    opt, sched = _optimizer(composed, cfg, steps_per_epoch * cfg.epochs)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    metrics = GateTrainMetrics()
+    for epoch in range(cfg.epochs):
+        perm = torch.randperm(n_tok, generator=gen).to(labels.device)
+        sums = {"lb": 0.0, "label": 0.0, "total": 0.0}
+        for s in range(steps_per_epoch):
+            idx = perm[s * tokens_per_step:(s + 1) * tokens_per_step]
+            if idx.numel() == 0:
+                continue
+            l_lb, l_lab = [], []
+            for layer, gate in enumerate(composed.gates):
+                logits = gate.logits(inputs[layer][idx])
+                ones = torch.ones(idx.shape[0], device=logits.device)
+                l_lb.append(load_balancing_loss(logits, ones))
+                l_lab.append(F.cross_entropy(logits.float(), labels[idx]))
+            lb, lab = torch.stack(l_lb).mean(), torch.stack(l_lab).mean()
+            loss = cfg.lb_coef * lb + cfg.label_coef * lab
+            loss.backward()
+            _step(composed, opt, sched, cfg)
+            metrics.optimizer_steps += 1
+            for k, v in (("lb", lb), ("label", lab), ("total", loss)):
+                sums[k] += float(v.detach())
+        epoch_metrics = {k: v / steps_per_epoch for k, v in sums.items()} | {"epoch": epoch}
+        metrics.epochs.append(epoch_metrics)
+        logger.info("gate epoch %d (captured): %s", epoch, {k: round(v, 4) for k, v in epoch_metrics.items()})
+    return metrics

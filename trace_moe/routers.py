@@ -1,0 +1,203 @@
+"""Routing baselines: the task-level zero-shot classifier router, the oracle router, static merge.
+
+* :class:`TaskLevelRouter` (paper v1): the *base* model reads a classification prompt listing each
+  capability with a label plus an extra "no adapter" label, and the label whose string continuation
+  gets the highest log-probability wins (top-1; the base label means slot 0).
+* :class:`OracleRouter`: the capability label is known; maps it to its slot.
+* :func:`static_merge`: one weighted combination of all adapters via peft ``add_weighted_adapter``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TEMPLATE = (
+    "Pick the skill that best handles the request.\n"
+    "{options}\n"
+    "Request: {request}\n"
+    "Answer:"
+)
+
+
+@dataclass
+class CapabilityLabel:
+    """A capability as the classifier sees it: a name (= adapter name) and *when* to use it."""
+
+    name: str
+    description: str
+
+
+@dataclass
+class RouteDecision:
+    """The chosen slot (0 = base), its label name, and every label's score (log-prob)."""
+
+    slot: int
+    label: str
+    scores: dict[str, float]
+
+
+def first_user_message(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The content of the first ``user`` message of an OpenAI-style message list."""
+    for m in messages:
+        if m.get("role") == "user":
+            return str(m.get("content") or "")
+    raise ValueError("no user message to route on")
+
+
+class TaskLevelRouter:
+    """Zero-shot classifier router: the base model scores each label string after a prompt.
+
+    ``capabilities[i]`` is slot ``i + 1``; the extra base label (``base_description``) is slot 0.
+    Labels are the letters A, B, … (the base label gets the letter after the last capability) unless
+    ``label_strings`` (capabilities first, base last) is given. ``label_prefix`` is prepended to each
+    label when it is appended to the prompt (a space suits BPE tokenizers).
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, capabilities: Sequence[CapabilityLabel],
+                 base_description: str = "None of these: answer with the unmodified model.",
+                 template: str = DEFAULT_TEMPLATE, label_strings: Sequence[str] | None = None,
+                 label_prefix: str = " ") -> None:
+        if not capabilities:
+            raise ValueError("at least one capability label is required")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.capabilities = list(capabilities)
+        self.base_description = base_description
+        self.template = template
+        n = len(capabilities) + 1
+        if label_strings is None:
+            if n > len(string.ascii_uppercase):
+                raise ValueError(f"{n} labels exceed the letters A-Z; pass label_strings")
+            label_strings = list(string.ascii_uppercase[:n])
+        if len(label_strings) != n or len(set(label_strings)) != n:
+            raise ValueError(f"need {n} distinct label strings (capabilities then base), got {list(label_strings)}")
+        self.label_strings = list(label_strings)
+        self.label_prefix = label_prefix
+
+    @property
+    def names(self) -> list[str]:
+        """Label names in slot order: ``['base', capability names...]``."""
+        return ["base"] + [c.name for c in self.capabilities]
+
+    def prompt(self, request: str) -> str:
+        lines = [f"{lab}: {cap.description}" for lab, cap in zip(self.label_strings, self.capabilities)]
+        lines.append(f"{self.label_strings[-1]}: {self.base_description}")
+        return self.template.format(options="\n".join(lines), request=request)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @torch.no_grad()
+    def scores(self, request: str) -> dict[str, float]:
+        """Sum of log-probs of each label's tokens after the prompt, keyed by name (slot order)."""
+        prompt_ids = self._encode(self.prompt(request))
+        label_ids = [self._encode(self.label_prefix + s) for s in
+                     [self.label_strings[-1]] + self.label_strings[:-1]]  # slot order: base first
+        if any(not ids for ids in label_ids):
+            raise ValueError("a label string encodes to no tokens")
+        ctx = _base_only(self.model)
+        with ctx:
+            device = next(self.model.parameters()).device
+            seqs = [prompt_ids + ids for ids in label_ids]
+            width = max(len(s) for s in seqs)
+            batch = torch.zeros((len(seqs), width), dtype=torch.long)
+            att = torch.zeros_like(batch)
+            for i, s in enumerate(seqs):
+                batch[i, : len(s)] = torch.tensor(s)
+                att[i, : len(s)] = 1
+            logits = self.model(input_ids=batch.to(device), attention_mask=att.to(device), use_cache=False).logits
+            logp = logits.float().log_softmax(-1)
+        out: dict[str, float] = {}
+        p = len(prompt_ids)
+        for name, ids, row in zip(self.names, label_ids, logp):
+            out[name] = float(sum(row[p - 1 + j, tok] for j, tok in enumerate(ids)))
+        return out
+
+    def route(self, request: str | Sequence[Mapping[str, Any]]) -> RouteDecision:
+        """Top-1 label for a request text (or a message list: its first user message)."""
+        text = request if isinstance(request, str) else first_user_message(request)
+        scores = self.scores(text)
+        best = max(scores, key=scores.get)
+        return RouteDecision(slot=self.names.index(best), label=best, scores=scores)
+
+    def probabilities(self, scores: Mapping[str, float], temperature: float = 1.0) -> dict[str, float]:
+        """Softmax of the label scores (alpha_c in the paper) at a given temperature."""
+        m = max(scores.values())
+        exp = {k: math.exp((v - m) / temperature) for k, v in scores.items()}
+        z = sum(exp.values())
+        return {k: v / z for k, v in exp.items()}
+
+
+class _base_only:
+    """Context: if ``model`` is a ComposedModel, force slot 0 so the classifier is the base model."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._ctx = model.forcing(0) if hasattr(model, "forcing") else None
+
+    def __enter__(self) -> None:
+        if self._ctx is not None:
+            self._ctx.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+
+class OracleRouter:
+    """The router that is told the capability: maps a label (name or slot) to its slot."""
+
+    def __init__(self, slot_names: Sequence[str]) -> None:
+        self.slot_names = list(slot_names)
+
+    def route(self, capability: str | int | None) -> RouteDecision:
+        if capability is None or capability in ("base", "none", ""):
+            slot = 0
+        elif isinstance(capability, int):
+            if not 0 <= capability < len(self.slot_names):
+                raise ValueError(f"slot {capability} out of range for {self.slot_names}")
+            slot = capability
+        elif capability in self.slot_names:
+            slot = self.slot_names.index(capability)
+        else:
+            raise ValueError(f"unknown capability {capability!r}; slots are {self.slot_names}")
+        return RouteDecision(slot=slot, label=self.slot_names[slot], scores={self.slot_names[slot]: 0.0})
+
+    def forcing(self, composed: Any, capability: str | int | None):
+        """Context manager: route every token of ``composed`` to the capability's adapter."""
+        return composed.forcing(self.route(capability).slot)
+
+
+def static_merge(base_model: nn.Module, adapter_dirs: Sequence[str | Path], weights: Sequence[float] | None = None,
+                 names: Sequence[str] | None = None, combination_type: str = "cat",
+                 merged_name: str = "merged") -> nn.Module:
+    """A peft model whose active adapter is the weighted combination of all adapters.
+
+    ``combination_type='cat'`` is exact: delta W = sum_c w_c scale_c B_c A_c. ``weights`` default to
+    uniform 1/N. Returns the ``PeftModel`` with ``merged_name`` active.
+    """
+    from peft import PeftModel
+
+    from trace_moe.adapters import load_adapters
+
+    load_adapters(adapter_dirs, names)  # same compatibility checks as the composer
+    names = list(names) if names is not None else [Path(p).name for p in adapter_dirs]
+    weights = list(weights) if weights is not None else [1.0 / len(adapter_dirs)] * len(adapter_dirs)
+    if len(weights) != len(names):
+        raise ValueError(f"{len(weights)} weights for {len(names)} adapters")
+    model = PeftModel.from_pretrained(base_model, str(adapter_dirs[0]), adapter_name=names[0])
+    for path, name in zip(adapter_dirs[1:], names[1:]):
+        model.load_adapter(str(path), adapter_name=name)
+    model.add_weighted_adapter(names, weights, merged_name, combination_type=combination_type)
+    model.set_adapter(merged_name)
+    return model.eval()

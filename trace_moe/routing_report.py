@@ -1,0 +1,94 @@
+"""How the trained gates route held-out examples: accuracy vs label, load per slot, entropy, collapse."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from trace_moe.composed import ComposedModel
+from trace_moe.examples import GateExample, collate, iter_batches
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RoutingReport:
+    """Routing statistics over the masked (assistant) tokens of held-out examples, all blocks pooled.
+
+    ``token_accuracy``: fraction of (token, block) decisions whose top-1 slot equals the label.
+    ``episode_accuracy``: fraction of episodes whose majority top-1 slot equals the label.
+    ``load``: fraction of decisions per slot; ``entropy``: mean routing entropy (nats).
+    """
+
+    slot_names: list[str]
+    num_tokens: int
+    token_accuracy: float
+    episode_accuracy: float
+    load: list[float]
+    load_per_layer: list[list[float]]
+    entropy: float
+    collapsed: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def routing_report(composed: ComposedModel, examples: Sequence[GateExample], batch_size: int = 8,
+                   pad_id: int = 0, collapse_threshold: float = 0.9, max_len: int | None = None) -> RoutingReport:
+    """Run the gates (no forcing) on ``examples`` and summarise their top-1 routing."""
+    if not examples:
+        raise ValueError("no examples to report on")
+    device = next(composed.gates.parameters()).device
+    n_slots, n_layers = composed.num_slots, composed.num_layers
+    layer_counts = torch.zeros(n_layers, n_slots)
+    correct = total = 0
+    entropy_sum = 0.0
+    episode_votes: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros(n_slots))
+    episode_label: dict[str, int] = {}
+    for start, chunk in enumerate(iter_batches(examples, batch_size, range(len(examples)))):
+        b = collate(chunk, pad_id, max_len)
+        ids, att = b.input_ids.to(device), b.attention_mask.to(device)
+        mask = b.loss_mask.to(device).bool()
+        empty = ~mask.any(1)
+        mask[empty] = att[empty].bool()
+        with composed.forcing(None):
+            composed(input_ids=ids, attention_mask=att, use_cache=False)
+        for layer, logits in enumerate(composed.layer_logits()):
+            probs = logits.float().softmax(-1)
+            top = probs.argmax(-1)
+            sel_top = top[mask].cpu()
+            layer_counts[layer] += torch.bincount(sel_top, minlength=n_slots).float()
+            lab = b.labels.to(device)[:, None].expand(mask.shape)[mask].cpu()
+            correct += int((sel_top == lab).sum())
+            total += int(sel_top.numel())
+            p = probs[mask]
+            entropy_sum += float(-(p * p.clamp_min(1e-12).log()).sum())
+            for row, ex in enumerate(chunk):
+                key = ex.episode_id or f"#{start * batch_size + row}"
+                episode_votes[key] += torch.bincount(top[row][mask[row]].cpu(), minlength=n_slots).float()
+                episode_label[key] = ex.label
+    if total == 0:
+        raise ValueError("examples contain no tokens")
+    load = (layer_counts.sum(0) / layer_counts.sum()).tolist()
+    per_layer = (layer_counts / layer_counts.sum(1, keepdim=True).clamp_min(1)).tolist()
+    ep_correct = sum(int(int(v.argmax()) == episode_label[k]) for k, v in episode_votes.items())
+    collapsed = max(load) > collapse_threshold
+    if collapsed:
+        slot = int(torch.tensor(load).argmax())
+        logger.warning("routing collapse: slot %d (%s) takes %.1f%% of tokens (> %.0f%%)",
+                       slot, composed.slot_names[slot], 100 * load[slot], 100 * collapse_threshold)
+    return RoutingReport(
+        slot_names=composed.slot_names,
+        num_tokens=total // n_layers,
+        token_accuracy=correct / total,
+        episode_accuracy=ep_correct / len(episode_votes),
+        load=load,
+        load_per_layer=per_layer,
+        entropy=entropy_sum / total,
+        collapsed=collapsed,
+    )
