@@ -10,9 +10,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class TrajectoryRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrajectoryRecord":
+    def from_dict(cls, data: dict[str, Any]) -> TrajectoryRecord:
         version = data.get("schema_version", SCHEMA_VERSION)
         if version > SCHEMA_VERSION:
             raise ValueError(f"trajectory schema {version} is newer than this trace-rl ({SCHEMA_VERSION})")

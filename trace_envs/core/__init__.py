@@ -6,6 +6,19 @@ from trace_envs.core.tool_env import STOP_TOKEN, Episode, Score, ToolUseEnv, Use
 from trace_envs.core.tools import ToolBox, ToolError, ToolSpec
 
 __all__ = [
-    "Episode", "MessageList", "MessageText", "ParsedTurn", "STOP_TOKEN", "Score", "ToolBox", "ToolCall",
-    "ToolError", "ToolSpec", "ToolUseEnv", "UserReply", "format_tool_call", "parse_action", "parse_assistant_text",
+    "STOP_TOKEN",
+    "Episode",
+    "MessageList",
+    "MessageText",
+    "ParsedTurn",
+    "Score",
+    "ToolBox",
+    "ToolCall",
+    "ToolError",
+    "ToolSpec",
+    "ToolUseEnv",
+    "UserReply",
+    "format_tool_call",
+    "parse_action",
+    "parse_assistant_text",
 ]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Space
@@ -34,7 +35,7 @@ class MessageText(Space[str]):
     def __repr__(self) -> str:
         return f"MessageText(max_length={self.max_length})"
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, MessageText) and other.max_length == self.max_length
 
 
@@ -62,5 +63,5 @@ class MessageList(Space[list]):
     def __repr__(self) -> str:
         return f"MessageList(roles={self.roles})"
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, MessageList) and other.roles == self.roles

@@ -68,7 +68,7 @@ class Episode(ABC):
     def score(self, transcript: list[dict[str, Any]], termination: str) -> Score:
         """Final reward; called once, when the episode terminates normally."""
 
-    def on_tool_call(self, name: str, arguments: dict[str, Any], error: bool) -> None:  # noqa: B027
+    def on_tool_call(self, name: str, arguments: dict[str, Any], error: bool) -> None:
         """Hook for bookkeeping (e.g. which ids the agent used); default does nothing."""
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -85,7 +86,7 @@ class ToolBox:
     tools: dict[str, ToolSpec] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, specs: list[ToolSpec]) -> "ToolBox":
+    def of(cls, specs: list[ToolSpec]) -> ToolBox:
         return cls({spec.name: spec for spec in specs})
 
     def schemas(self) -> list[dict[str, Any]]:

@@ -8,6 +8,14 @@ from trace_envs.retail_sim.scenario import CAPABILITIES, SPLITS, generate_scenar
 ENV_ID = "trace/retail-sim-v0"
 
 __all__ = [
-    "CAPABILITIES", "ENV_ID", "ExpertKnobs", "RetailSimEnv", "SPLITS", "ScriptedExpert", "atomic_vocabulary",
-    "generate_scenario", "run_episode", "split_seeds",
+    "CAPABILITIES",
+    "ENV_ID",
+    "SPLITS",
+    "ExpertKnobs",
+    "RetailSimEnv",
+    "ScriptedExpert",
+    "atomic_vocabulary",
+    "generate_scenario",
+    "run_episode",
+    "split_seeds",
 ]

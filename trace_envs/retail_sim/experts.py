@@ -15,8 +15,9 @@ as a model's output. Knobs are probabilities in [0, 1]; the oracle is all knobs 
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 import numpy as np
 

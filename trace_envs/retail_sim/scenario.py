@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from trace_envs.retail_sim.pools import CITIES, COUNTRY, PRODUCTS, SIZES, Pools, UserIdentity, pools
+from trace_envs.retail_sim.pools import CITIES, COUNTRY, PRODUCTS, Pools, UserIdentity, pools
+from trace_envs.splits import SPLITS, split_seeds  # noqa: F401  (re-exported)
 
 CAPABILITIES = (
     "precondition_verification",
@@ -32,20 +33,6 @@ CAPABILITIES = (
 INTENT_KINDS = ("cancel", "return", "exchange", "modify_items", "modify_address", "question")
 _KIND_PROBS = (0.24, 0.2, 0.16, 0.1, 0.12, 0.18)
 _N_INTENT_PROBS = (0.45, 0.35, 0.2)
-
-# Seed ranges: train tasks and held-out test tasks never overlap.
-SPLITS: dict[str, range] = {"train": range(0, 1_000_000), "test": range(1_000_000, 1_100_000)}
-
-
-def split_seeds(split: str, n: int, offset: int = 0) -> list[int]:
-    """The first ``n`` seeds of a named split (``train`` or ``test``)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose one of {sorted(SPLITS)}")
-    seeds = SPLITS[split]
-    if offset + n > len(seeds):
-        raise ValueError(f"split {split!r} holds {len(seeds)} seeds")
-    return list(seeds[offset: offset + n])
-
 
 @dataclass
 class Intent:
@@ -130,7 +117,7 @@ class _WorldBuilder:
 
     def _products(self) -> dict[str, Any]:
         products = {}
-        for name, colors in PRODUCTS.items():
+        for name in PRODUCTS:
             variants = {}
             for v in (v for v in self.p.variants if v.product == name):
                 variants[v.item_id] = {

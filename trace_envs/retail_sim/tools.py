@@ -66,7 +66,7 @@ class RetailTools:
                 return user["user_id"]
         raise ToolError("User not found")
 
-    def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:  # noqa: A002
+    def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
         for user in self.db["users"].values():
             name = user["name"]
             if (name["first_name"].lower(), name["last_name"].lower(), user["address"]["zip"]) == (
@@ -121,7 +121,7 @@ class RetailTools:
         return order
 
     def modify_pending_order_address(
-        self, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str  # noqa: A002
+        self, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
     ) -> dict[str, Any]:
         order = self._order(order_id)
         if "pending" not in order["status"]:
@@ -131,7 +131,7 @@ class RetailTools:
         return order
 
     def modify_user_address(
-        self, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str  # noqa: A002
+        self, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
     ) -> dict[str, Any]:
         user = self._user(user_id)
         user["address"] = {"address1": address1, "address2": address2, "city": city, "state": state,

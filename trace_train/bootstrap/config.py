@@ -39,7 +39,7 @@ class BootstrapConfig:
     probe_episodes: int = 100
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BootstrapConfig":
+    def from_dict(cls, data: dict[str, Any]) -> BootstrapConfig:
         data = dict(data)
         knobs = KnobsConfig(**data.pop("knobs", {}))
         unknown = set(data) - set(cls.__dataclass_fields__)

@@ -7,7 +7,8 @@ so members of one GRPO group (same env seed) can still differ.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import gymnasium as gym
 

@@ -1,0 +1,42 @@
+import math
+
+import pytest
+
+from trace_train.evaluation import pass_hat_k, summarize, wilson_interval
+from trace_train.trajectory import TrajectoryRecord
+
+
+def test_wilson_matches_hand_computation():
+    # p = 0.8, n = 10, z = 1.96: centre = (0.8 + 0.19208) / 1.38416, half = 1.96*sqrt(0.016 + 0.0009604)/1.38416
+    low, high = wilson_interval(8, 10)
+    centre = (0.8 + 1.96**2 / 20) / (1 + 1.96**2 / 10)
+    half = 1.96 * math.sqrt(0.8 * 0.2 / 10 + 1.96**2 / 400) / (1 + 1.96**2 / 10)
+    assert low == pytest.approx(centre - half) and high == pytest.approx(centre + half)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_pass_hat_k_hand_example():
+    trials = {"a": [True, True, False, True], "b": [False, False, True, False]}
+    # a: C(3,2)/C(4,2) = 3/6; b: C(1,2) = 0 -> mean 0.25
+    assert pass_hat_k(trials, 2) == pytest.approx(0.25)
+    assert pass_hat_k(trials, 1) == pytest.approx((3 / 4 + 1 / 4) / 2)
+    with pytest.raises(ValueError):
+        pass_hat_k(trials, 5)
+
+
+def _rec(seed, success, caps):
+    return TrajectoryRecord(env_id="e", seed=seed, messages=[], reward=float(success), success=success,
+                            termination="user_stop", policy="p", info={"task": {"required_capabilities": caps}})
+
+
+def test_summary_per_capability_and_pass_k():
+    records = [_rec(1, True, ["a"]), _rec(1, False, ["a"]), _rec(2, True, ["a", "b"]), _rec(2, True, ["a", "b"]),
+               _rec(3, False, []), _rec(3, False, [])]
+    s = summarize(records, policy="p")
+    assert s.overall.successes == 3 and s.overall.n == 6
+    assert s.per_capability["a"].successes == 3 and s.per_capability["a"].n == 4
+    assert s.per_capability["b"].rate == 1.0 and s.per_capability["(none)"].rate == 0.0
+    # pass^2 per task: seed1 0/1, seed2 1, seed3 0 -> 1/3
+    assert s.pass_k[2] == pytest.approx(1 / 3)
+    assert s.to_dict()["overall"]["n"] == 6

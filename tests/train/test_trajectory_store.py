@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from trace_train.trajectory import (
+    ReadReport,
+    TrajectoryRecord,
+    append_jsonl,
+    compact_text,
+    read_trajectories,
+    write_trajectories,
+)
+
+
+def _record(seed: int, success: bool = True) -> TrajectoryRecord:
+    return TrajectoryRecord(env_id="trace/retail-sim-v0", seed=seed, reward=float(success), success=success,
+                            termination="user_stop", policy="p",
+                            messages=[{"role": "user", "content": "hi"},
+                                      {"role": "assistant", "content": "",
+                                       "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+                                      {"role": "tool", "name": "f", "content": "x" * 500}])
+
+
+def test_round_trip_and_atomic_write(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [_record(1), _record(2, False)])
+    back = read_trajectories(path)
+    assert [r.seed for r in back] == [1, 2] and back[1].success is False
+    assert back[0].schema_version == 1
+    assert not list(tmp_path.glob(".t.jsonl.*"))  # no temp file left behind
+
+
+def test_truncated_last_line_is_reported_and_skipped(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [_record(1)])
+    append_jsonl(path, _record(2).to_dict())
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # a crash mid-append
+    report = ReadReport()
+    back = read_trajectories(path, report)
+    assert [r.seed for r in back] == [1] and report.truncated_last_line and report.rows == 1
+
+
+def test_broken_inner_line_raises(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("{broken\n" + json.dumps(_record(1).to_dict()) + "\n")
+    with pytest.raises(ValueError, match=":1:"):
+        read_trajectories(path)
+
+
+def test_newer_schema_is_refused():
+    data = _record(1).to_dict()
+    data["schema_version"] = 99
+    with pytest.raises(ValueError, match="newer"):
+        TrajectoryRecord.from_dict(data)
+
+
+def test_compact_text_clips_tool_output():
+    text = compact_text(_record(3), max_tool_chars=50)
+    assert "<call f({})>" in text and "x" * 51 not in text and text.startswith("[trajectory")

@@ -1,0 +1,55 @@
+"""Evaluate several policies on the same held-out seeds; comparison table as JSON and as a rich table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from trace_train.evaluation.metrics import summarize
+from trace_train.trajectory import TrajectoryRecord, write_json_atomic, write_trajectories
+
+
+def evaluate_policies(policies: dict[str, Any], env_id: str, split: str, episodes: int, trials: int = 1,
+                      env_kwargs: dict | None = None, out_dir: str | Path | None = None,
+                      batch: int = 32) -> dict[str, dict[str, Any]]:
+    """``policies``: name -> PolicySpec. Each plays ``trials`` episodes per seed (pass^k needs k trials)."""
+    from trace_train.commands.rollout import rollout_requests, run_rollouts
+    from trace_train.policies import build_backend
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, spec in policies.items():
+        backend, adapter = build_backend(spec)
+        requests = rollout_requests(env_id, env_kwargs or {}, split, episodes, group_size=trials)
+        records: list[TrajectoryRecord] = run_rollouts(backend, requests, spec.sampling, adapter, batch,
+                                                       label=f"{name:>16}")
+        results[name] = summarize(records, policy=name).to_dict()
+        if out_dir is not None:
+            write_trajectories(Path(out_dir) / f"trajectories_{name}.jsonl", records)
+    if out_dir is not None:
+        write_json_atomic(Path(out_dir) / "eval.json", {"env": env_id, "split": split, "episodes": episodes,
+                                                       "trials": trials, "policies": results})
+    return results
+
+
+def comparison_table(results: dict[str, dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("tasks requiring")
+    for name in results:
+        table.add_column(name, justify="right")
+    caps = sorted({c for r in results.values() for c in r["per_capability"]})
+    rows = [("all tasks", {n: r["overall"] for n, r in results.items()})]
+    rows += [(c, {n: r["per_capability"].get(c) for n, r in results.items()}) for c in caps]
+    for label, cells in rows:
+        table.add_row(label, *("–" if c is None else f"{c['rate']:.2f} [{c['low']:.2f}, {c['high']:.2f}] n={c['n']}"
+                               for c in cells.values()))
+    table.add_row("mean reward", *(f"{r['mean_reward']:.3f}" for r in results.values()))
+    for k in sorted({k for r in results.values() for k in r["pass_k"]}):
+        table.add_row(f"pass^{k}", *(f"{r['pass_k'].get(k, float('nan')):.3f}" for r in results.values()))
+    return table
+
+
+def print_comparison(results: dict[str, dict[str, Any]], title: str = "pass rate (95 % Wilson interval)") -> None:
+    Console().print(comparison_table(results, title))
