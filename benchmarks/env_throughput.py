@@ -40,12 +40,21 @@ def measure(env_id: str, episodes: int) -> dict[str, float]:
             "env_episodes_per_s": episodes / env_time, "wall_steps_per_s": steps / wall}
 
 
+# -- capability env families (issue 3): the same oracle plays them (family tasks keep retail-sim's task shape)
+FAMILY_ENVS = [
+    "trace/precondition_verification-v0",
+    "trace/structured_data_reasoning-v0",
+    "trace/multi_step_task_completion-v0",
+    "trace/tool_calling_precision-v0",
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=2000)
     parser.add_argument("--env", action="append", default=None)
     args = parser.parse_args()
-    for env_id in args.env or ["trace/retail-sim-v0"]:
+    for env_id in args.env or ["trace/retail-sim-v0", *FAMILY_ENVS]:
         r = measure(env_id, args.episodes)
         print(f"{env_id:40s} env steps/s {r['env_steps_per_s']:9.0f}  episodes/s {r['env_episodes_per_s']:8.1f}  "
               f"(with policy: {r['wall_steps_per_s']:.0f} steps/s; {r['steps']} steps)")

@@ -1,0 +1,172 @@
+"""Capability env families: oracle = 1.0, knob isolation, check_env, determinism, reward tables."""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import trace_envs  # noqa: F401
+from trace_envs.core.parsing import format_tool_call
+from trace_envs.families import FAMILIES, FamilyExpert, effective_knobs, play
+from trace_envs.families.base import is_refusal
+from trace_envs.retail_sim.experts import CAPABILITY_TO_KNOB
+
+CAPS = sorted(FAMILIES)
+KNOBS = ("precondition", "structured", "multi_step", "precision")
+
+
+@pytest.fixture(scope="module", params=CAPS)
+def family(request):
+    return request.param, gym.make(f"trace/{request.param}-v0")
+
+
+def mean_reward(env, knobs, seeds, expert_seed=1):
+    return float(np.mean([play(env, FamilyExpert(knobs, seed=expert_seed), s)[0] for s in seeds]))
+
+
+def test_oracle_scores_one_on_500_seeds(family):
+    cap, env = family
+    cases = set()
+    for seed in range(500):
+        reward, info = play(env, FamilyExpert(), seed)
+        assert reward == 1.0 and info["success"], (cap, seed, info.get("reward_breakdown"), info["termination"])
+        task = info["task"]
+        assert task["capability"] == cap and {"case", "gold", "difficulty", "hazards"} <= set(task)
+        cases.add(task["case"])
+    assert len(cases) >= 2, cases  # the family mixes cases (refuse/allow, selection/question, ...)
+
+
+def test_knob_isolation(family):
+    """Only the family's own knob (at 1.0) costs >= 0.3; every other knob alone moves it <= 0.1."""
+    cap, env = family
+    seeds = range(1000, 1200)
+    oracle = mean_reward(env, {}, seeds)
+    own = CAPABILITY_TO_KNOB[cap]
+    for knob in KNOBS:
+        score = mean_reward(env, {knob: 1.0}, seeds)
+        if knob == own:
+            assert oracle - score >= 0.3, (cap, knob, oracle, score)
+        else:
+            assert abs(oracle - score) <= 0.1, (cap, knob, oracle, score)
+
+
+def test_check_env_and_determinism(family):
+    cap, env = family
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+    expert = {"precondition": 0.5, "structured": 0.5, "multi_step": 0.5, "precision": 0.5}
+    runs = []
+    for seed in (7, 7, 8):
+        obs, info = env.reset(seed=seed)
+        reward, final = play(env, FamilyExpert(expert, seed=3), seed)
+        runs.append((json.dumps(obs), json.dumps(info, sort_keys=True), reward, json.dumps(env.unwrapped.transcript)))
+    assert runs[0] == runs[1]
+    assert runs[0][1] != runs[2][1]
+
+
+def test_unknown_domain_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown domain 'nope'.*retail-sim"):
+        gym.make("trace/precondition_verification-v0", domain="nope")
+
+
+def test_fresh_process_gym_make_with_module_prefix():
+    code = ("import gymnasium as gym\n"
+            "for cap in %r:\n"
+            "    env = gym.make(f'trace_envs:trace/{cap}-v0')\n"
+            "    obs, info = env.reset(seed=0)\n"
+            "    assert info['task']['capability'] == cap and info['tools']\n"
+            "print('ok')\n" % CAPS)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_refusal_detector():
+    assert is_refusal("Sorry, I cannot cancel order #W1: it is not your order.")
+    assert is_refusal("I can't do that") and is_refusal("That order is not eligible for a return.")
+    assert not is_refusal("Order #W1 is cancelled.") and not is_refusal("Please confirm: cancel order #W1?")
+
+
+def _play_actions(env, seed, actions, options=None):
+    obs, info = env.reset(seed=seed, options=options)
+    for act in actions(info["task"]):
+        obs, reward, terminated, truncated, step = env.step(act)
+        if terminated or truncated:
+            return reward, step
+    raise AssertionError("episode did not end")
+
+
+def test_precondition_reward_table():
+    env = gym.make("trace/precondition_verification-v0")
+    oid = lambda t: t["intents"][0]["order_id"]  # noqa: E731
+    write = lambda t: format_tool_call("cancel_pending_order", {"order_id": oid(t), "reason": "no longer needed"}) \
+        if t["intents"][0]["kind"] == "cancel" else format_tool_call(  # noqa: E731
+            "return_delivered_order_items", {"order_id": oid(t), "item_ids": [t["intents"][0]["item_id"]],
+                                             "payment_method_id": t["original_payment"]})
+    own = {"case": "ownership"}
+    explained = lambda t: [f"I cannot change order {oid(t)}: it belongs to another customer."]  # noqa: E731
+    assert _play_actions(env, 1, explained, own)[0] == 1.0
+    assert _play_actions(env, 1, lambda t: ["Sorry, I cannot do that."], own)[0] == 0.5
+    assert _play_actions(env, 1, lambda t: ["Okay."], own)[0] == 0.0
+    assert _play_actions(env, 1, lambda t: [write(t), f"Done with {oid(t)}."], own)[0] == 0.0
+    allow = {"case": "allow"}
+    assert _play_actions(env, 2, lambda t: [write(t), f"Order {oid(t)} is done."], allow)[0] == 1.0
+    assert _play_actions(env, 2, lambda t: [write(t), "All done."], allow)[0] == 0.5
+    assert _play_actions(env, 2, lambda t: [f"I cannot change order {oid(t)}."], allow)[0] == 0.0
+
+
+def test_structured_target_is_the_unique_match():
+    """Re-derive the answer from the DB and the stated constraints: exactly the gold target fits."""
+    for n_constraints in (2, 3, 4):
+        env = gym.make("trace/structured_data_reasoning-v0", n_constraints=n_constraints, n_distractors=4)
+        for seed in range(60):
+            _, info = env.reset(seed=seed, options={"case": "selection"})
+            task, db = info["task"], env.unwrapped._episode.db
+            req, intent = task["gold"]["requests"][0], task["intents"][0]
+            assert len(req["constraints"]) == n_constraints
+            variants = db["products"][intent["product_id"]]["variants"]
+            target = variants[req["target"]]
+            fits = {i: v for i, v in variants.items() if v["options"]["color"] == intent["color"] and v["available"]}
+            if "size" in req["constraints"]:
+                fits = {i: v for i, v in fits.items() if v["options"]["size"] == target["options"]["size"]}
+            if "max_price" in req["constraints"]:
+                fits = {i: v for i, v in fits.items() if v["price"] <= intent["max_price"]}
+            if "cheapest" in req["constraints"]:
+                ranked = sorted(fits, key=lambda i: fits[i]["price"])
+                fits = {ranked[req["rank"] - 1]: None}
+            assert list(fits) == [req["target"]], (n_constraints, seed, req)
+            assert str(intent["max_price"] or "") in task["intents"][0]["utterance"]
+
+
+def test_multi_step_dense_reward():
+    env = gym.make("trace/multi_step_task_completion-v0", min_ops=2, max_ops=5)
+    seen = set()
+    for seed in range(40):
+        reward, info = play(env, FamilyExpert({"multi_step": 1.0}), seed)
+        n_ops = info["task"]["difficulty"]["n_ops"]
+        seen.add(n_ops)
+        assert reward == pytest.approx(1 / n_ops) and not info["success"]
+    assert seen == {2, 3, 4, 5}
+
+
+def test_precision_prefilled_conversation():
+    env = gym.make("trace/tool_calling_precision-v0", perturb_prob=1.0)
+    obs, info = env.reset(seed=3)
+    roles = [m["role"] for m in obs]
+    assert roles[0] == "user" and roles[-1] == "user" and roles.count("tool") >= 3
+    assert any(m.get("tool_calls") for m in obs if m["role"] == "assistant")
+    assert info["task"]["case"] == "perturbed" and env.unwrapped._episode.db_matches_gold() is False
+    gold_name, gold_args = info["task"]["gold"]["actions"][0]
+    obs2, reward, term, trunc, step = env.step(format_tool_call(gold_name, gold_args))
+    _, reward, term, _, step = env.step("All done, thank you.")
+    assert term and reward == 0.5 and step["reward_breakdown"] == {"db": 1.0, "communicate": 0.0}
+
+
+def test_effective_knobs():
+    assert effective_knobs({"structured": 0.5, "precision": 0.0}, {"structured": 3}) == {
+        "structured": pytest.approx(0.875), "precision": 0.0}

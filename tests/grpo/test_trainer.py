@@ -1,0 +1,195 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from grpo_toy import ENV_ID, FakeBackend, tiny_model
+
+from trace_train.grpo import GRPOConfig, GRPOTrainer
+from trace_train.grpo.lora import LoraSettings, adapter_state_dict, base_fingerprint
+from trace_train.trajectory import read_trajectories
+
+torch.set_num_threads(1)
+
+
+def small_config(**kw) -> GRPOConfig:
+    base = dict(
+        iterations=2,
+        groups_per_iter=2,
+        group_size=4,
+        lr=5e-3,
+        micro_batch_size=4,
+        checkpoint_every=2,
+        max_new_tokens=6,
+        temperature=1.0,
+        seed=3,
+        threads=1,
+        tensorboard=False,
+        progress=False,
+        lora=LoraSettings(r=4, alpha=8),
+    )
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def make_trainer(tmp_path, cfg, env=ENV_ID, adapter="cap", resume=False, **backend_kw):
+    holder = {}
+    backend = FakeBackend(lambda: holder["model"], **backend_kw)
+    trainer = GRPOTrainer(tiny_model(0), backend, cfg, env=env, adapter=adapter, output_dir=tmp_path, resume=resume)
+    holder["model"] = trainer.model
+    return trainer, backend
+
+
+def test_iteration_uses_seeded_groups_and_logs(tmp_path):
+    trainer, backend = make_trainer(tmp_path, small_config(iterations=1, checkpoint_every=1, tensorboard=True))
+    base = base_fingerprint(trainer.model)
+    result = trainer.train()
+    (requests,) = backend.calls
+    assert len(requests) == 8
+    for g in range(2):
+        members = requests[g * 4 : (g + 1) * 4]
+        assert len({r.seed for r in members}) == 1 and len({r.sample_seed for r in members}) == 4
+    assert requests[0].seed != requests[4].seed
+    seeds = [json.loads(line) for line in (tmp_path / "seeds.jsonl").read_text().splitlines()]
+    assert [s["env_seed"] for s in seeds] == [requests[0].seed, requests[4].seed]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1
+    for key in (
+        "reward_mean",
+        "success_rate",
+        "constant_group_fraction",
+        "clip_fraction",
+        "entropy",
+        "approx_kl",
+        "grad_norm",
+        "rollout_tokens_per_s",
+    ):
+        assert key in rows[0], key
+    assert rows[0]["entropy"] > 0 and rows[0]["grad_norm"] > 0
+    assert len(read_trajectories(tmp_path / "rollouts" / "iter_0000.jsonl")) == 8
+    assert (result.adapter_dir / "adapter_model.safetensors").exists()
+    assert result.adapter_dir == tmp_path / "adapters" / "cap" / "v0001"
+    assert base_fingerprint(trainer.model) == base
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:
+        assert not (tmp_path / "tb").exists()
+    else:
+        assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_resume_gives_identical_adapter(tmp_path):
+    full, _ = make_trainer(tmp_path / "full", small_config(iterations=4, checkpoint_every=2))
+    full.train()
+    want = adapter_state_dict(full.model, "cap")
+
+    # the interrupted run got one iteration past its last checkpoint (logged, never saved)
+    first, _ = make_trainer(tmp_path / "split", small_config(iterations=3, checkpoint_every=2))
+    from trace_train.grpo.checkpoint import save_checkpoint
+
+    for i in range(3):  # what train() does, with a crash after iteration 2 was logged
+        first.metrics.log(i, first.run_iteration(i))
+        if i == 1:
+            save_checkpoint(tmp_path / "split", 2, first.model, "cap", first.optimizer)
+    second, backend = make_trainer(tmp_path / "split", small_config(iterations=4, checkpoint_every=2), resume=True)
+    assert second.start_iteration == 2
+    second.train()
+    assert len(backend.calls) == 2  # only iterations 2 and 3 were played again
+    got = adapter_state_dict(second.model, "cap")
+    assert want.keys() == got.keys()
+    moved = False
+    for key in want:
+        assert torch.equal(want[key], got[key]), key
+        moved |= "lora_B" in key and bool(want[key].abs().sum() > 0)
+    assert moved
+    rows = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["iteration"] for r in rows] == [0, 1, 2, 3]
+
+
+def test_grpo_raises_reward_on_toy_env(tmp_path):
+    cfg = small_config(iterations=10, groups_per_iter=4, lr=1.5e-2, checkpoint_every=100, mini_batches=2, ppo_epochs=2)
+    trainer, _ = make_trainer(tmp_path, cfg)
+    history = trainer.train().history
+    early = np.mean([h["reward_mean"] for h in history[:3]])
+    late = np.mean([h["reward_mean"] for h in history[-3:]])
+    assert late > early + 0.15, (early, late)  # random policy: ~1/12
+    assert any(h["clip_fraction"] > 0 for h in history)  # several steps per iteration actually clip
+    assert all(h["optimizer_steps"] == 4 for h in history)
+
+
+def test_format_penalty_and_kl_and_sft_mode(tmp_path):
+    t, _ = make_trainer(
+        tmp_path / "fmt", small_config(iterations=1, format_penalty=0.5, kl_beta=0.1), valid_fraction=0.5
+    )
+    m = t.run_iteration(0)
+    assert m["reward_mean"] == pytest.approx(m["env_reward_mean"] - 0.25)
+    assert m["format_valid"] == 0.5 and m["ref_kl"] >= 0
+    s, _ = make_trainer(
+        tmp_path / "sft", small_config(iterations=1, mode="sft", group_size=1, groups_per_iter=8), success_at=0.15
+    )
+    m = s.run_iteration(0)
+    assert 0 < m["trained_samples"] < 8  # only the successful records are trained on
+    assert m["trained_samples"] == round(m["success_rate"] * 8) and m["nll"] > 0
+
+
+def test_multi_env_mixture_one_adapter(tmp_path):
+    import gymnasium as gym
+    from grpo_toy import TargetTokenEnv
+
+    other = "grpo_toy/TargetTokenB-v0"
+    if other not in gym.registry:
+        gym.register(other, entry_point=TargetTokenEnv, disable_env_checker=True)
+    trainer, backend = make_trainer(
+        tmp_path, small_config(iterations=1, groups_per_iter=6), env={ENV_ID: 1.0, other: 1.0}
+    )
+    m = trainer.run_iteration(0)
+    assert sum(m["env_groups"].values()) == 6
+    envs = {r.env_id for r in backend.calls[0]}
+    assert envs == {ENV_ID, other}
+
+
+@pytest.mark.parametrize(
+    "kw, env, message",
+    [
+        ({"group_size": 1}, ENV_ID, "group_size must be >= 2"),
+        ({"loss_level": "tok"}, ENV_ID, "loss_level"),
+        ({}, "grpo_toy/TargetTokn-v0", "unknown env id .* did you mean"),
+        ({}, "no_such_module_xyz:foo-v0", "cannot import module"),
+        ({"eps": 1.5, "iterations": 0}, ENV_ID, "iterations must be >= 1, got 0\n.*eps must be in"),
+    ],
+)
+def test_bad_configs_fail_fast(tmp_path, kw, env, message):
+    backend = FakeBackend(lambda: None)
+    with pytest.raises(ValueError, match=message):
+        GRPOTrainer(tiny_model(0), backend, small_config(**kw), env=env, adapter="cap", output_dir=tmp_path)
+    assert backend.calls == [] and not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_adapter_clash_needs_resume(tmp_path):
+    trainer, _ = make_trainer(tmp_path, small_config(iterations=1, checkpoint_every=1))
+    trainer.train()
+    with pytest.raises(ValueError, match="adapter name clash"):
+        make_trainer(tmp_path, small_config(iterations=1))
+    with pytest.raises(ValueError, match="already holds a training run"):
+        make_trainer(tmp_path, small_config(iterations=1), adapter="other")
+    make_trainer(tmp_path / "fresh", small_config(iterations=1), adapter="other")
+    with pytest.raises(ValueError, match="unknown grpo config keys"):
+        GRPOConfig.from_mapping({"group_sise": 4})
+    cfg = GRPOConfig.from_mapping({"group_size": 4, "lora": {"r": 8, "target_modules": ["q_proj"]}})
+    assert cfg.lora.r == 8 and cfg.lora.target_modules == ["q_proj"]
+
+
+def test_default_yaml_mirrors_config_dataclass():
+    import dataclasses
+
+    import yaml
+
+    from trace_train.grpo.lora import LoraSettings
+    from trace_train.paths import CONF_DIR
+
+    doc = yaml.safe_load((CONF_DIR / "grpo" / "default.yaml").read_text())
+    assert set(doc) == {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert set(doc["lora"]) == {f.name for f in dataclasses.fields(LoraSettings)}
+    cfg = GRPOConfig.from_mapping(doc)
+    cfg.validate()
+    assert cfg.to_dict() == GRPOConfig().to_dict()  # YAML defaults == dataclass defaults

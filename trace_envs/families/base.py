@@ -1,0 +1,146 @@
+"""Shared machinery of the capability env families: the episode over a domain, the family env base
+class, the refusal detector and the communicate check.
+
+Every family episode keeps the target's tools, policy and message protocol (the domain's ToolBox,
+policy text and scripted user) and annotates ``info['task']`` with the domain's task annotation plus
+``capability``, ``family``, ``case``, ``gold``, ``difficulty`` and ``hazards`` (per expert knob, how
+many independent chances the task gives a policy lacking that capability to fail; the family
+expert uses it, see ``trace_envs.families.experts``).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
+from trace_envs.domains import Domain, Request, get_domain
+
+NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
+_REFUSAL = re.compile(
+    r"\b(cannot|can't|can ?not|unable|not able|won't be able|refuse|refusing|not allowed|not permitted|"
+    r"not eligible|ineligible|not possible)\b", re.IGNORECASE)
+
+
+def assistant_texts(transcript: list[dict[str, Any]]) -> list[str]:
+    texts = (m.get("content") or "" for m in transcript if m.get("role") == "assistant")
+    return [t for t in texts if t.strip()]
+
+
+def is_refusal(text: str) -> bool:
+    """Small refusal detector: the text says the agent cannot / will not do it."""
+    return bool(_REFUSAL.search(text.replace("’", "'")))
+
+
+def refusal_explained(text: str, request: Request) -> bool:
+    """A refusal is explained when it names the entity and one of the request's reason words."""
+    low = text.lower()
+    return request.entity_id.lower() in low and any(w.lower() in low for w in request.reason_words)
+
+
+def communicated(transcript: list[dict[str, Any]], required: list[str]) -> bool:
+    """τ² COMMUNICATE rule: each string appears (case-insensitive, commas removed) in assistant text."""
+    texts = [t.lower().replace(",", "") for t in assistant_texts(transcript)]
+    return all(any(s.lower().replace(",", "") in t for t in texts) for s in required)
+
+
+@dataclass
+class FamilyTask:
+    """What a family builds per episode."""
+
+    case: str
+    requests: list[Request]
+    difficulty: dict[str, Any]
+    hazards: dict[str, int]
+
+
+class FamilyEpisode(Episode):
+    """One family episode on a domain world; the family env supplies scoring."""
+
+    def __init__(self, env: "FamilyEnv", world: Any, task: FamilyTask):
+        self.env = env
+        self.domain: Domain = env.domain
+        self.world = world
+        self.task = task
+        self.requests = task.requests
+        self.db = self.domain.world_db(world)
+        self.initial_db = copy.deepcopy(self.db)
+        self.tools = self.domain.build_tools(self.db)
+        self.system_prompt = self.domain.policy
+        self.user = self.domain.make_user(world, self.requests)
+        self.write_calls: list[dict[str, Any]] = []
+        self.gold_actions = [a for r in self.requests for a in r.gold_actions]
+        self.gold_db = self.domain.replay(self.initial_db, self.gold_actions)
+        self.task_info = {
+            **self.domain.annotation(world, self.requests),
+            "capability": env.capability,
+            "family": type(env).__name__,
+            "case": task.case,
+            "gold": {"actions": [[n, a] for n, a in self.gold_actions],
+                     "communicate": [s for r in self.requests for s in r.communicate],
+                     "requests": [{"kind": r.kind, "entity_id": r.entity_id, "case": r.case, **r.details}
+                                  for r in self.requests]},
+            "difficulty": dict(task.difficulty),
+            "hazards": dict(task.hazards),
+        }
+        self.prefill: list[dict[str, Any]] | None = None
+
+    def opening(self) -> list[dict[str, Any]]:
+        if self.prefill is not None:
+            return copy.deepcopy(self.prefill)
+        return [{"role": "user", "content": self.user.opening()}]
+
+    def user_reply(self, assistant_text: str) -> UserReply:
+        return self.user.reply(assistant_text)
+
+    def on_tool_call(self, name: str, arguments: dict[str, Any], error: bool) -> None:
+        if name in self.domain.write_tools:
+            self.write_calls.append({"name": name, "arguments": arguments, "error": error})
+
+    def db_matches_gold(self) -> bool:
+        return self.domain.db_hash(self.db) == self.domain.db_hash(self.gold_db)
+
+    def score(self, transcript: list[dict[str, Any]], termination: str) -> Score:
+        if termination not in NORMAL_ENDINGS:
+            return Score(0.0, False, {}, {"writes": self.write_calls})
+        score = self.env.score_episode(self, transcript)
+        score.info.setdefault("writes", self.write_calls)
+        score.info.setdefault("case", self.task.case)
+        return score
+
+
+class FamilyEnv(ToolUseEnv):
+    """Base of the four families: ``domain=`` picks the domain; subclasses build tasks and score."""
+
+    capability: str = ""
+
+    def __init__(self, domain: str = "retail-sim", max_steps: int = 30, max_errors: int = 5,
+                 render_mode: str | None = None):
+        super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        self.domain_name = domain
+        self.domain = get_domain(domain)
+
+    @abstractmethod
+    def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
+        """Draw this episode's requests on ``world``."""
+
+    @abstractmethod
+    def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
+        """Reward of a normally-terminated episode."""
+
+    def prepare(self, episode: FamilyEpisode, rng: np.random.Generator) -> None:  # noqa: B027
+        """Hook run after the episode is built (e.g. pre-filled messages)."""
+
+    def _new_episode(self, options: dict[str, Any] | None) -> FamilyEpisode:
+        rng = self.np_random
+        world = self.domain.new_world(rng)
+        episode = FamilyEpisode(self, world, self.build_task(world, rng, options))
+        self.prepare(episode, rng)
+        return episode
+
+

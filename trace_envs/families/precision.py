@@ -1,0 +1,65 @@
+"""``trace/tool_calling_precision-v0``: the conversation starts after authentication and lookups; the
+agent must emit the exact mutation call.
+
+Transfer rationale: the target's failures of this capability call the right tool with imprecise
+arguments (a default cancel reason, the wrong refund method, a dropped address line). The opening
+observation holds the user's request and the pre-filled identification and lookup calls with their
+real results; with probability ``perturb_prob`` the user first states a wrong argument and corrects
+it before the agent acts. Reward (paper §3.3, τ²-style): 1.0 if the end state equals the gold
+replay's DB hash and the entity is named to the user, 0.5 for the DB alone, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from trace_envs.core.tool_env import Score
+from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, communicated
+
+PREFILL_ASK = "Thank you, I have your account and order details. Shall I go ahead?"
+
+
+class ToolCallingPrecisionEnv(FamilyEnv):
+    """Difficulty knob: ``perturb_prob`` (chance the user first gives a wrong argument, then fixes it)."""
+
+    capability = "tool_calling_precision"
+
+    def __init__(self, domain: str = "retail-sim", perturb_prob: float = 0.3, max_steps: int = 30,
+                 max_errors: int = 5, render_mode: str | None = None):
+        super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        if not 0.0 <= perturb_prob <= 1.0:
+            raise ValueError(f"perturb_prob must be in [0, 1], got {perturb_prob}")
+        self.perturb_prob = float(perturb_prob)
+
+    def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
+        kinds = self.domain.kinds("exact")
+        request = self.domain.exact_request(world, rng, kinds[int(rng.integers(len(kinds)))])
+        perturbed = bool(rng.random() < self.perturb_prob)
+        if perturbed:
+            request.details["correction"] = self.domain.apply_correction(world, rng, request)
+        return FamilyTask(case="perturbed" if perturbed else "direct", requests=[request],
+                          difficulty={"perturb_prob": self.perturb_prob}, hazards={"precision": 2 if perturbed else 1})
+
+    def prepare(self, episode: FamilyEpisode, rng: np.random.Generator) -> None:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": episode.user.opening()}]
+        for index, (name, args) in enumerate(self.domain.lookup_calls(episode.world, episode.requests)):
+            call_id = f"prefill_{index}"
+            result = episode.tools.call(name, args)  # reads only: the DB is unchanged
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}]})
+            messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": result.output})
+        messages.append({"role": "assistant", "content": PREFILL_ASK})
+        fix = episode.requests[0].details.get("correction")
+        messages.append({"role": "user", "content": f"{fix} Yes, please go ahead." if fix else "Yes, please go ahead."})
+        episode.prefill = messages
+
+    def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
+        request = episode.requests[0]
+        db_ok = episode.db_matches_gold()
+        told = communicated(transcript, [request.entity_id])
+        reward = (1.0 if told else 0.5) if db_ok else 0.0
+        return Score(reward, reward == 1.0, {"db": float(db_ok), "communicate": float(told)})

@@ -1,0 +1,81 @@
+"""``trace/precondition_verification-v0``: single write requests, about half of which must be refused.
+
+Transfer rationale: the target's failures of this capability are writes made without checking that
+the request is allowed (another customer's order, a status that forbids the change). Each episode is
+one request on the domain's tools and policy; a refusal case fails one precondition (policy-only ones
+such as ownership, which the tools would accept, or tool-enforced ones such as status). Reward
+(paper §3.3): refusal case — 0 if any write tool is called, 1.0 for a refusal that names the entity
+and the reason, 0.5 for a bare refusal, 0 otherwise; allowed case — 1.0 for the gold end state with
+the entity named to the user, 0.5 for the gold end state alone, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trace_envs.core.tool_env import Score
+from trace_envs.families.base import (
+    FamilyEnv,
+    FamilyEpisode,
+    FamilyTask,
+    assistant_texts,
+    communicated,
+    is_refusal,
+    refusal_explained,
+)
+
+ENFORCED_CASES = ("status",)  # refusal cases whose write the tools themselves reject
+
+
+class PreconditionVerificationEnv(FamilyEnv):
+    """Difficulty knobs: ``refuse_fraction`` (share of refusal cases), ``unenforced_share`` (share of
+    refusals whose failed precondition only the policy forbids, i.e. a write would succeed)."""
+
+    capability = "precondition_verification"
+
+    def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5, unenforced_share: float = 0.7,
+                 max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
+        super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        for name, value in (("refuse_fraction", refuse_fraction), ("unenforced_share", unenforced_share)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        self.refuse_fraction = refuse_fraction
+        self.unenforced_share = unenforced_share
+        refusals = [c for c in self.domain.guard_cases if c != "allow"]
+        self._unenforced = [c for c in refusals if c not in ENFORCED_CASES]
+        self._enforced = [c for c in refusals if c in ENFORCED_CASES]
+
+    def _draw_case(self, rng: np.random.Generator) -> str:
+        if rng.random() >= self.refuse_fraction:
+            return "allow"
+        pool = self._unenforced if (rng.random() < self.unenforced_share or not self._enforced) else self._enforced
+        pool = pool or self._enforced
+        return pool[int(rng.integers(len(pool)))]
+
+    def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
+        kinds = self.domain.kinds("guarded")
+        kind = kinds[int(rng.integers(len(kinds)))]
+        case = self._draw_case(rng)
+        if options and options.get("case"):
+            case = str(options["case"])
+        request = self.domain.guarded_request(world, rng, kind, case)
+        difficulty = {"refuse_fraction": self.refuse_fraction, "unenforced_share": self.unenforced_share}
+        return FamilyTask(case=case, requests=[request], difficulty=difficulty, hazards={"precondition": 1})
+
+    def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
+        request = episode.requests[0]
+        texts = assistant_texts(transcript)
+        refused = any(is_refusal(t) for t in texts)
+        db_ok = episode.db_matches_gold()
+        if request.must_refuse:
+            wrote = bool(episode.write_calls)
+            explained = any(is_refusal(t) and refusal_explained(t, request) for t in texts)
+            reward = 0.0 if wrote or not db_ok else (1.0 if explained else 0.5 if refused else 0.0)
+            breakdown = {"no_write": float(not wrote), "refused": float(refused), "explained": float(explained)}
+        else:
+            told = communicated(transcript, [request.entity_id])
+            reward = (1.0 if told else 0.5) if db_ok else 0.0
+            breakdown = {"db": float(db_ok), "communicate": float(told)}
+        return Score(reward, reward == 1.0, breakdown, {"refused": refused})

@@ -1,0 +1,62 @@
+"""``trace/structured_data_reasoning-v0``: pick the right record among distractors, or compute a value.
+
+Transfer rationale: the target's failures of this capability pick a record that matches only part of
+the user's constraints (a variant of the right colour above the price bound, the wrong rank) or
+answer with one row instead of an aggregate. Each episode is one request on the domain's tools:
+either a selection under ``n_constraints`` constraints with ``n_distractors`` tempting decoys
+(reward 1 iff the end state equals the gold write, i.e. the exact id was chosen), or a question over
+``n_records`` records (reward 1 iff the exact value is told to the user and nothing was written).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trace_envs.core.tool_env import Score
+from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, communicated
+
+
+class StructuredDataReasoningEnv(FamilyEnv):
+    """Difficulty knobs: ``n_constraints`` (2-4), ``n_distractors`` (0-4), ``n_records`` (2-8),
+    ``question_fraction`` (share of value questions vs selections)."""
+
+    capability = "structured_data_reasoning"
+
+    def __init__(self, domain: str = "retail-sim", n_constraints: int = 2, n_distractors: int = 2,
+                 n_records: int = 3, question_fraction: float = 0.3, max_steps: int = 30, max_errors: int = 5,
+                 render_mode: str | None = None):
+        super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        if not 2 <= n_constraints <= 4:
+            raise ValueError(f"n_constraints must be in [2, 4], got {n_constraints}")
+        if not 0 <= n_distractors <= 4 or not 2 <= n_records <= 8 or not 0.0 <= question_fraction <= 1.0:
+            raise ValueError("need 0 <= n_distractors <= 4, 2 <= n_records <= 8, 0 <= question_fraction <= 1")
+        self.n_constraints, self.n_distractors = int(n_constraints), int(n_distractors)
+        self.n_records, self.question_fraction = int(n_records), float(question_fraction)
+
+    def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
+        case = "question" if rng.random() < self.question_fraction else "selection"
+        if options and options.get("case"):
+            case = str(options["case"])
+        if case == "question":
+            request = self.domain.question_request(world, rng, self.n_records)
+            hazard = max(1, self.n_records - 2)
+        else:
+            kinds = self.domain.kinds("selection")
+            kind = kinds[int(rng.integers(len(kinds)))]
+            request = self.domain.selection_request(world, rng, kind, self.n_constraints, self.n_distractors)
+            hazard = self.n_constraints - 1
+        difficulty = {"n_constraints": self.n_constraints, "n_distractors": self.n_distractors,
+                      "n_records": self.n_records, "question_fraction": self.question_fraction}
+        return FamilyTask(case=case, requests=[request], difficulty=difficulty, hazards={"structured": hazard})
+
+    def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
+        request = episode.requests[0]
+        db_ok = episode.db_matches_gold()
+        if episode.task.case == "question":
+            told = communicated(transcript, request.communicate)
+            reward = float(db_ok and told)
+            return Score(reward, reward == 1.0, {"db": float(db_ok), "answer": float(told)})
+        reward = float(db_ok)
+        return Score(reward, db_ok, {"db": reward}, {"chosen_ok": db_ok})

@@ -1,0 +1,169 @@
+"""Execution backends for SWE episodes: the protocol and the ``local`` subprocess backend.
+
+A backend owns one episode's sandbox: ``start(task)`` provisions a checkout of the task's base
+commit, ``run`` executes agent commands, the file methods serve the editor tool, ``diff`` is the
+submission, ``evaluate(patch)`` grades a patch *in a fresh checkout* (the hidden tests never enter the
+agent's workspace) and ``close`` removes everything. The ``docker`` backend lives in
+``docker_backend.py`` and is picked by ``make_backend("auto")`` only when a daemon answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from trace_envs.swe.grading import APPLY_PATCH_FAIL, TESTS_TIMEOUT, EvalResult, grade_log
+from trace_envs.swe.patches import eval_script, filter_patch
+from trace_envs.swe.sandbox import ExecResult, SandboxLimits, Workspace
+from trace_envs.swe.task import SWETask
+
+log = logging.getLogger(__name__)
+
+GIT_APPLY_CMDS = ("git apply --verbose", "patch --batch --forward --fuzz=5 -p1 -i")
+
+
+class BackendError(RuntimeError):
+    """The backend cannot serve this task (e.g. no local source tree, no Docker daemon)."""
+
+
+def repo_relative(path: str) -> str:
+    """Normalise an agent-supplied path to a repo-relative POSIX path; refuse escapes."""
+    p = path.strip()
+    if not p:
+        raise ValueError("empty path")
+    for prefix in ("/testbed/", "/testbed"):
+        if p.startswith(prefix):
+            p = p[len(prefix):]
+            break
+    parts = [s for s in PurePosixPath(p.lstrip("/")).parts if s not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"path {path!r} leaves the repository")
+    if "\x00" in p:
+        raise ValueError("path contains a NUL byte")
+    return "/".join(parts)
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, task: SWETask) -> None: ...
+    def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult: ...
+    def read_file(self, rel: str) -> str: ...
+    def write_file(self, rel: str, text: str) -> None: ...
+    def exists(self, rel: str) -> bool: ...
+    def is_dir(self, rel: str) -> bool: ...
+    def list_dir(self, rel: str, depth: int = 2) -> list[str]: ...
+    def diff(self) -> str: ...
+    def evaluate(self, patch: str) -> EvalResult: ...
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """Temporary git checkout + subprocess sandbox; grading in a second fresh checkout."""
+
+    name = "local"
+
+    def __init__(self, limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0):
+        self.limits = limits or SandboxLimits()
+        self.eval_timeout_s = eval_timeout_s
+        self.task: SWETask | None = None
+        self.ws: Workspace | None = None
+
+    def start(self, task: SWETask) -> None:
+        if task.repo_path is None:
+            raise BackendError(
+                f"the local backend needs the source tree of {task.instance_id} ({task.repo}): pass "
+                "`repos_dir` holding a clone named owner__repo, or use the docker backend"
+            )
+        self.close()
+        self.task = task
+        self.ws = Workspace(task.repo_path, task.base_commit or None, self.limits)
+
+    def _ws(self) -> Workspace:
+        if self.ws is None:
+            raise BackendError("backend not started")
+        return self.ws
+
+    def _abs(self, rel: str) -> Path:
+        return self._ws().root / rel if rel else self._ws().root
+
+    def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
+        return self._ws().run(cmd, timeout_s)
+
+    def read_file(self, rel: str) -> str:
+        return self._abs(rel).read_text(encoding="utf-8", errors="replace")
+
+    def write_file(self, rel: str, text: str) -> None:
+        target = self._abs(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+    def exists(self, rel: str) -> bool:
+        return self._abs(rel).exists()
+
+    def is_dir(self, rel: str) -> bool:
+        return self._abs(rel).is_dir()
+
+    def list_dir(self, rel: str, depth: int = 2) -> list[str]:
+        base = self._abs(rel)
+        out = []
+        for p in sorted(base.rglob("*")):
+            relp = p.relative_to(base)
+            if len(relp.parts) > depth or any(s.startswith(".") or s == "__pycache__" for s in relp.parts):
+                continue
+            out.append(str(relp) + ("/" if p.is_dir() else ""))
+        return out
+
+    def diff(self) -> str:
+        return self._ws().diff()
+
+    def evaluate(self, patch: str) -> EvalResult:
+        """Apply ``patch`` (test files dropped) to a fresh checkout, run the hidden tests, grade."""
+        task = self.task
+        if task is None:
+            raise BackendError("backend not started")
+        limits = SandboxLimits(self.eval_timeout_s, self.limits.memory_mb, self.limits.file_size_mb,
+                               max_output_chars=5_000_000, network=self.limits.network)
+        ws = Workspace(task.repo_path, task.base_commit or None, limits, prefix="trace-swe-eval-")
+        try:
+            model_patch = filter_patch(patch)
+            if model_patch.strip():
+                patch_file = ws.tmp / "model.patch"
+                patch_file.write_text(model_patch)
+                for cmd in GIT_APPLY_CMDS:
+                    res = ws.run(f"{cmd} {patch_file}")
+                    if res.returncode == 0:
+                        break
+                    ws.run("git checkout -- . && git clean -fdq")
+                else:
+                    return grade_log(task.instance_id, f"{APPLY_PATCH_FAIL}:\n{res.output}",
+                                     task.fail_to_pass, task.pass_to_pass, patch)
+            script = ws.tmp / "eval.sh"
+            script.write_text(eval_script(ws.base_commit, task.test_patch, str(ws.root), task.test_cmd,
+                                          record_exit_code=True))
+            res = ws.run(f"bash {script}")
+            text = res.output + (f"\n{TESTS_TIMEOUT}\n" if res.timed_out else "")
+            return grade_log(task.instance_id, text, task.fail_to_pass, task.pass_to_pass, patch)
+        finally:
+            ws.close()
+
+    def close(self) -> None:
+        if self.ws is not None:
+            self.ws.close()
+            self.ws = None
+
+
+def make_backend(kind: str = "auto", limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0) -> Backend:
+    """``local``, ``docker``, or ``auto`` (docker iff ``docker info`` succeeds, else local)."""
+    from trace_envs.swe.docker_backend import DockerBackend, docker_available  # noqa: PLC0415
+
+    if kind == "auto":
+        kind = "docker" if docker_available() else "local"
+    if kind == "local":
+        return LocalBackend(limits, eval_timeout_s)
+    if kind == "docker":
+        if not docker_available():
+            raise BackendError("the docker backend needs a running Docker daemon (`docker info` failed)")
+        return DockerBackend(limits or SandboxLimits(), eval_timeout_s)
+    raise ValueError(f"unknown backend {kind!r}; use local, docker or auto")

@@ -1,0 +1,1 @@
+"""Procedural code-localization capability env (``trace/code_localization-v0``)."""

@@ -1,0 +1,219 @@
+"""The ``docker`` backend: agent commands in the instance's container, grading by the swebench harness.
+
+The agent's container comes from the instance image (row ``image`` or swebench's derived name) and is
+driven with the ``docker`` CLI; grading calls swebench's own ``run_instance`` in a fresh container,
+with a unique ``run_id`` per rollout (swebench returns a cached ``report.json`` for a repeated
+``(run_id, model, instance)``) inside a private working directory (its ``logs/`` are cwd-relative).
+swebench 5.x and 4.x signatures are both handled. Nothing here imports swebench at module import.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from trace_envs.swe.grading import EvalResult, TestsReport, grade_log
+from trace_envs.swe.patches import filter_patch
+from trace_envs.swe.sandbox import ExecResult, SandboxLimits, truncate_output
+from trace_envs.swe.task import SWETask
+
+WORKDIR = "/testbed"
+MODEL_NAME = "trace-rl"
+_CWD_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def docker_available() -> bool:
+    """True iff a Docker daemon answers ``docker info`` (the CLI alone is not enough)."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def instance_image(task: SWETask, namespace: str = "swebench") -> str:
+    """The row's ``image``, else swebench's derived name (``__`` -> ``_1776_``)."""
+    if task.image:
+        return task.image
+    return f"{namespace}/sweb.eval.x86_64.{task.instance_id}:latest".lower().replace("__", "_1776_")
+
+
+def docker_run_argv(image: str, name: str, network: bool) -> list[str]:
+    argv = ["docker", "run", "-d", "--name", name, "-w", WORKDIR]
+    if not network:
+        argv += ["--network", "none"]
+    return [*argv, image, "tail", "-f", "/dev/null"]
+
+
+def docker_exec_argv(container: str, cmd: str, timeout_s: float, interactive: bool = False) -> list[str]:
+    """``docker exec`` of ``bash -lc cmd`` killed in-container after ``timeout_s`` seconds."""
+    inner = f"timeout -s KILL {max(1, int(timeout_s))} bash -lc {shlex.quote(cmd)}"
+    return ["docker", "exec", *(["-i"] if interactive else []), "-w", WORKDIR, container, "bash", "-c", inner]
+
+
+@dataclass
+class HarnessCall:
+    """Everything one swebench ``run_instance`` call needs."""
+
+    kwargs: dict[str, Any]
+    run_id: str
+    log_dir: Path  # relative to the working directory the call runs in
+
+
+def swebench_harness() -> tuple[Callable[..., Any], Callable[..., Any], Callable[[], Any]]:
+    """``(make_test_spec, run_instance, docker_client_factory)`` of the installed swebench."""
+    try:
+        from swebench.harness.run_evaluation import run_instance  # noqa: PLC0415
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("the docker backend needs `pip install trace-rl[swe]` (swebench)") from exc
+    try:
+        from swebench.harness.utils import make_test_spec  # noqa: PLC0415  (5.x)
+    except ImportError:  # pragma: no cover - 4.x
+        from swebench.harness.test_spec.test_spec import make_test_spec  # noqa: PLC0415
+    import docker  # noqa: PLC0415
+
+    return make_test_spec, run_instance, docker.from_env
+
+
+def build_harness_call(task: SWETask, patch: str, run_id: str, timeout_s: int, client: Any,
+                       make_test_spec: Callable[..., Any], run_instance: Callable[..., Any]) -> HarnessCall:
+    """The keyword arguments of ``run_instance`` for this (task, patch), for swebench 5.x or 4.x."""
+    row = task.to_row()
+    params = inspect.signature(run_instance).parameters
+    if "rm_image" in params:  # swebench 4.x: classic image chain, spec from MAP_REPO_VERSION_TO_SPECS
+        spec = make_test_spec(row)
+        extra = {"rm_image": False, "force_rebuild": False}
+    else:
+        missing = [k for k in ("image", "eval_script", "log_parser", "eval_type") if not row.get(k)]
+        if missing:
+            raise ValueError(
+                f"{task.instance_id} lacks {', '.join(missing)}, which swebench>=5 needs in the row; "
+                "use rows from the SWE-bench/* datasets or install swebench<5 for legacy rows"
+            )
+        spec = make_test_spec(row)
+        extra = {}
+    pred = {"instance_id": task.instance_id, "model_name_or_path": MODEL_NAME, "model_patch": patch}
+    kwargs = {"test_spec": spec, "pred": pred, "client": client, "run_id": run_id, "timeout": timeout_s, **extra}
+    log_dir = Path("logs/run_evaluation") / run_id / MODEL_NAME / task.instance_id
+    return HarnessCall(kwargs, run_id, log_dir)
+
+
+def run_harness(call: HarnessCall, run_instance: Callable[..., Any], task: SWETask, patch: str) -> EvalResult:
+    """Run ``run_instance`` in a private cwd and read its ``report.json`` / ``test_output.txt``."""
+    cwd = Path(tempfile.mkdtemp(prefix="trace-swe-harness-"))
+    try:
+        with _CWD_LOCK:  # swebench writes cwd-relative logs; chdir is process-wide
+            old = os.getcwd()
+            os.chdir(cwd)
+            try:
+                run_instance(**call.kwargs)
+            finally:
+                os.chdir(old)
+        report_path = cwd / call.log_dir / "report.json"
+        log_path = cwd / call.log_dir / "test_output.txt"
+        log = log_path.read_text() if log_path.is_file() else ""
+        ours = grade_log(task.instance_id, log, task.fail_to_pass, task.pass_to_pass, patch)
+        if not report_path.is_file():
+            ours.resolved, ours.error = False, "swebench wrote no report (see run_instance.log)"
+            return ours
+        entry = json.loads(report_path.read_text())[task.instance_id]
+        status = entry.get("tests_status") or {}
+        if status:
+            ours.report = TestsReport(
+                status["FAIL_TO_PASS"]["success"], status["FAIL_TO_PASS"]["failure"],
+                status["PASS_TO_PASS"]["success"], status["PASS_TO_PASS"]["failure"],
+            )
+        ours.resolved = bool(entry.get("resolved"))
+        ours.patch_applied = bool(entry.get("patch_successfully_applied"))
+        return ours
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+class DockerBackend:
+    """Agent container from the instance image; grading through the swebench harness."""
+
+    name = "docker"
+
+    def __init__(self, limits: SandboxLimits | None = None, eval_timeout_s: float = 1800.0):
+        self.limits = limits or SandboxLimits()
+        self.eval_timeout_s = eval_timeout_s
+        self.task: SWETask | None = None
+        self.container: str | None = None
+
+    def start(self, task: SWETask) -> None:
+        self.close()
+        self.task = task
+        name = f"trace-swe-{uuid.uuid4().hex[:12]}"
+        res = subprocess.run(docker_run_argv(instance_image(task), name, self.limits.network),
+                             capture_output=True, text=True, timeout=600)
+        if res.returncode != 0:
+            raise RuntimeError(f"docker run failed for {task.instance_id}: {res.stderr.strip()}")
+        self.container = name
+
+    def _exec(self, cmd: str, timeout_s: float | None = None, input_text: str | None = None) -> ExecResult:
+        if self.container is None:
+            raise RuntimeError("backend not started")
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        argv = docker_exec_argv(self.container, cmd, timeout, interactive=input_text is not None)
+        try:
+            res = subprocess.run(argv, capture_output=True, input=(input_text or "").encode() if input_text is not None
+                                 else None, timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            return ExecResult("", -9, True)
+        text = (res.stdout + res.stderr).decode("utf-8", errors="replace")
+        return ExecResult(truncate_output(text, self.limits.max_output_chars), res.returncode, res.returncode == 137)
+
+    def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
+        return self._exec(cmd, timeout_s)
+
+    def read_file(self, rel: str) -> str:
+        res = self._exec(f"cat -- {shlex.quote(rel)}")
+        if res.returncode != 0:
+            raise FileNotFoundError(rel)
+        return res.output
+
+    def write_file(self, rel: str, text: str) -> None:
+        q = shlex.quote(rel)
+        res = self._exec(f"mkdir -p \"$(dirname -- {q})\" && cat > {q}", input_text=text)
+        if res.returncode != 0:
+            raise OSError(res.output)
+
+    def exists(self, rel: str) -> bool:
+        return self._exec(f"test -e {shlex.quote(rel or '.')}").returncode == 0
+
+    def is_dir(self, rel: str) -> bool:
+        return self._exec(f"test -d {shlex.quote(rel or '.')}").returncode == 0
+
+    def list_dir(self, rel: str, depth: int = 2) -> list[str]:
+        res = self._exec(f"cd {shlex.quote(rel or '.')} && find . -mindepth 1 -maxdepth {depth} -not -path '*/.*'")
+        return sorted(line[2:] for line in res.output.splitlines() if line.startswith("./"))
+
+    def diff(self) -> str:
+        assert self.task is not None
+        return self._exec(f"git add -A && git diff --cached --no-color {self.task.base_commit}").output
+
+    def evaluate(self, patch: str) -> EvalResult:
+        assert self.task is not None
+        make_test_spec, run_instance, client_factory = swebench_harness()
+        call = build_harness_call(self.task, filter_patch(patch), f"trace-{uuid.uuid4().hex}",
+                                  int(self.eval_timeout_s), client_factory(), make_test_spec, run_instance)
+        return run_harness(call, run_instance, self.task, patch)
+
+    def close(self) -> None:
+        if self.container is not None:
+            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=120)
+            self.container = None

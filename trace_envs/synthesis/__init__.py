@@ -1,0 +1,21 @@
+"""Calibration (paper §3.4) and emission of capability envs into ``generated_envs/``."""
+
+from trace_envs.synthesis.calibrate import (
+    CalibrationStats,
+    SearchResult,
+    Trial,
+    calibrate_env,
+    gate_failures,
+    group_statistics,
+    pass_at_k,
+    scripted_policy_factory,
+    search_knobs,
+)
+from trace_envs.synthesis.config import GateConfig, PolicyConfig, SearchConfig, SynthesisConfig
+from trace_envs.synthesis.emit import SelectedCapability, SynthesisReport, emit, read_selected, synthesize
+
+__all__ = [
+    "CalibrationStats", "GateConfig", "PolicyConfig", "SearchConfig", "SearchResult", "SelectedCapability",
+    "SynthesisConfig", "SynthesisReport", "Trial", "calibrate_env", "emit", "gate_failures", "group_statistics",
+    "pass_at_k", "read_selected", "scripted_policy_factory", "search_knobs", "synthesize",
+]

@@ -1,0 +1,191 @@
+"""Calibration (paper §3.4): G rollouts x S seeds of a policy on an env, group statistics, the gate,
+and a bounded, logged search over a family's difficulty knobs until the gate passes.
+
+A *policy factory* maps a group member index to a fresh policy with ``reset(obs, info, seed)`` and
+``act(obs) -> str`` (the scripted experts; a model backend can plug in the same way). Every member
+of a group plays the same env seed, so a group's spread comes only from the members' own randomness:
+seed member policies differently (``scripted_policy_factory`` does).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from trace_envs.domains.base import Policy
+from trace_envs.families import FAMILIES, FamilyExpert
+from trace_envs.synthesis.config import GateConfig, SynthesisConfig
+
+logger = logging.getLogger(__name__)
+
+
+PolicyFactory = Callable[[int], Policy]
+
+
+def scripted_policy_factory(knobs: dict[str, float], seed: int = 0) -> PolicyFactory:
+    """Member ``m`` gets ``FamilyExpert(knobs, seed=seed * 100_003 + m)``."""
+    return lambda member: FamilyExpert(dict(knobs), seed=seed * 100_003 + member)
+
+
+@dataclass
+class CalibrationStats:
+    n_seeds: int
+    group_size: int
+    mean_reward: float
+    success_rate: float
+    reward_std: float
+    frac_all_success: float
+    frac_all_zero: float
+    frac_constant: float
+    frac_informative: float
+    pass_at_k: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c successes."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def group_statistics(rewards: np.ndarray, successes: np.ndarray, pass_k: tuple[int, ...] = (1, 4, 8, 16)
+                     ) -> CalibrationStats:
+    """Statistics of an (S seeds x G members) reward matrix and its success matrix."""
+    rewards = np.asarray(rewards, dtype=float)
+    successes = np.asarray(successes, dtype=bool)
+    n_seeds, group = rewards.shape
+    constant = np.ptp(rewards, axis=1) == 0
+    counts = successes.sum(axis=1)
+    return CalibrationStats(
+        n_seeds=n_seeds, group_size=group,
+        mean_reward=float(rewards.mean()), success_rate=float(successes.mean()), reward_std=float(rewards.std()),
+        frac_all_success=float(successes.all(axis=1).mean()), frac_all_zero=float((rewards == 0).all(axis=1).mean()),
+        frac_constant=float(constant.mean()), frac_informative=float(1.0 - constant.mean()),
+        pass_at_k={str(k): float(np.mean([pass_at_k(group, int(c), k) for c in counts])) for k in pass_k if k <= group},
+    )
+
+
+def gate_failures(stats: CalibrationStats, gate: GateConfig) -> list[str]:
+    """Human-readable reasons the gate rejects ``stats`` (empty = passes)."""
+    out = []
+    if not gate.reward_min <= stats.mean_reward <= gate.reward_max:
+        out.append(f"mean reward {stats.mean_reward:.3f} outside [{gate.reward_min}, {gate.reward_max}]")
+    if not gate.success_min <= stats.success_rate <= gate.success_max:
+        out.append(f"success rate {stats.success_rate:.3f} outside [{gate.success_min}, {gate.success_max}]")
+    if stats.reward_std < gate.min_std:
+        out.append(f"reward std {stats.reward_std:.3f} < {gate.min_std}")
+    if stats.frac_all_success > gate.max_all_success:
+        out.append(f"all-success groups {stats.frac_all_success:.2f} > {gate.max_all_success}")
+    if stats.frac_all_zero > gate.max_all_zero:
+        out.append(f"all-zero groups {stats.frac_all_zero:.2f} > {gate.max_all_zero}")
+    if stats.frac_constant > gate.max_constant:
+        out.append(f"constant groups {stats.frac_constant:.2f} > {gate.max_constant}")
+    return out
+
+
+def gate_distance(stats: CalibrationStats, gate: GateConfig) -> float:
+    """Total violation of the gate (0 = passes); ranks the closest failing trial."""
+    def outside(x: float, lo: float, hi: float) -> float:
+        return max(0.0, lo - x, x - hi)
+    return (outside(stats.mean_reward, gate.reward_min, gate.reward_max)
+            + outside(stats.success_rate, gate.success_min, gate.success_max)
+            + max(0.0, gate.min_std - stats.reward_std)
+            + max(0.0, stats.frac_all_success - gate.max_all_success)
+            + max(0.0, stats.frac_all_zero - gate.max_all_zero)
+            + max(0.0, stats.frac_constant - gate.max_constant))
+
+
+def collect(env: gym.Env, policy_factory: PolicyFactory, seeds: list[int], group_size: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Play ``group_size`` members on every seed; returns (rewards, successes), each S x G."""
+    rewards = np.zeros((len(seeds), group_size))
+    successes = np.zeros((len(seeds), group_size), dtype=bool)
+    for i, seed in enumerate(seeds):
+        for member in range(group_size):
+            policy = policy_factory(member)
+            obs, info = env.reset(seed=int(seed))
+            policy.reset(obs, info, seed=int(seed))
+            while True:
+                obs, reward, terminated, truncated, step_info = env.step(policy.act(obs))
+                if terminated or truncated:
+                    break
+            rewards[i, member] = float(reward)
+            successes[i, member] = bool(step_info.get("success", False))
+    return rewards, successes
+
+
+def calibrate_env(env: gym.Env, policy_factory: PolicyFactory, cfg: SynthesisConfig) -> CalibrationStats:
+    seeds = list(range(cfg.seed_offset, cfg.seed_offset + cfg.n_seeds))
+    rewards, successes = collect(env, policy_factory, seeds, cfg.group_size)
+    return group_statistics(rewards, successes, cfg.pass_k)
+
+
+@dataclass
+class Trial:
+    knobs: dict[str, Any]
+    stats: CalibrationStats
+    failures: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"knobs": self.knobs, "stats": self.stats.to_dict(), "failures": self.failures, "passed": self.passed}
+
+
+@dataclass
+class SearchResult:
+    capability: str
+    domain: str
+    trials: list[Trial]
+    chosen: Trial | None  # the first passing trial; None when no candidate passes
+
+    @property
+    def passed(self) -> bool:
+        return self.chosen is not None
+
+    def closest(self, gate: GateConfig) -> Trial:
+        return min(self.trials, key=lambda t: gate_distance(t.stats, gate))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"capability": self.capability, "domain": self.domain, "passed": self.passed,
+                "chosen": self.chosen.to_dict() if self.chosen else None,
+                "trials": [t.to_dict() for t in self.trials]}
+
+
+def make_family_env(capability: str, domain: str, knobs: dict[str, Any]) -> gym.Env:
+    if capability not in FAMILIES:
+        raise KeyError(f"no env family for capability {capability!r}; families: {sorted(FAMILIES)}")
+    return gym.make(f"trace/{capability}-v0", domain=domain, **knobs)
+
+
+def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFactory | None = None,
+                 on_trial: Callable[[Trial], None] | None = None) -> SearchResult:
+    """Try the configured difficulty candidates in order (at most ``max_trials``); stop at the first pass."""
+    factory = policy_factory or scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed)
+    candidates = cfg.search.candidates.get(capability) or [{}]
+    trials: list[Trial] = []
+    for knobs in candidates[: cfg.search.max_trials]:
+        env = make_family_env(capability, cfg.domain, knobs)
+        try:
+            stats = calibrate_env(env, factory, cfg)
+        finally:
+            env.close()
+        trial = Trial(dict(knobs), stats, gate_failures(stats, cfg.gate))
+        logger.info("calibrate %s %s: reward %.3f success %.3f std %.3f -> %s", capability, knobs,
+                    stats.mean_reward, stats.success_rate, stats.reward_std, "PASS" if trial.passed else trial.failures)
+        trials.append(trial)
+        if on_trial:
+            on_trial(trial)
+        if trial.passed:
+            return SearchResult(capability, cfg.domain, trials, trial)
+    return SearchResult(capability, cfg.domain, trials, None)

@@ -1,0 +1,70 @@
+"""Typed configuration of calibration and synthesis (mirrors ``conf/synthesis/default.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Acceptance gate of a calibrated env (paper §3.4 defaults)."""
+
+    reward_min: float = 0.2
+    reward_max: float = 0.6
+    success_min: float = 0.2
+    success_max: float = 0.6
+    min_std: float = 0.05
+    max_all_success: float = 0.2
+    max_all_zero: float = 0.2
+    max_constant: float = 0.5
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    kind: str = "scripted"
+    seed: int = 0
+    knobs: dict[str, float] = field(default_factory=lambda: {
+        "precondition": 0.5, "structured": 0.5, "multi_step": 0.5, "precision": 0.5})
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    max_trials: int = 8
+    candidates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SynthesisConfig:
+    domain: str = "retail-sim"
+    n_seeds: int = 32
+    group_size: int = 8
+    seed_offset: int = 0
+    pass_k: tuple[int, ...] = (1, 4, 8, 16)
+    gate: GateConfig = field(default_factory=GateConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+    def __post_init__(self) -> None:
+        if self.n_seeds < 1 or self.group_size < 1:
+            raise ValueError("n_seeds and group_size must be >= 1")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SynthesisConfig":
+        """Build from a plain dict (e.g. ``OmegaConf.to_container(cfg.synthesis)``); unknown keys raise."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown synthesis config key(s) {sorted(unknown)}; known: {sorted(known)}")
+        kwargs = dict(data)
+        if "gate" in kwargs:
+            kwargs["gate"] = GateConfig(**kwargs["gate"])
+        if "policy" in kwargs:
+            kwargs["policy"] = PolicyConfig(**kwargs["policy"])
+        if "search" in kwargs:
+            search = dict(kwargs["search"])
+            search["candidates"] = {k: [dict(c) for c in v] for k, v in (search.get("candidates") or {}).items()}
+            kwargs["search"] = SearchConfig(**search)
+        if "pass_k" in kwargs:
+            kwargs["pass_k"] = tuple(int(k) for k in kwargs["pass_k"])
+        return cls(**kwargs)

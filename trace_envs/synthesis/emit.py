@@ -1,0 +1,176 @@
+"""Emission of calibrated family envs into ``generated_envs/`` and the ``trace-rl synthesize`` flow.
+
+For each selected capability with a family: search the difficulty knobs until the calibration gate
+passes, then write ``<dir>/<capability>_<domain>.py`` (registers ``trace/<capability>-<domain>-v0``
+with the calibrated knobs) and its manifest entry, both atomically. A capability without a family is
+reported (it needs the LLM-driven env generator) and the others proceed; a capability whose gate
+cannot be met is reported with the closest statistics and is not emitted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from trace_envs.families import FAMILIES
+from trace_envs.registry import NAMESPACE, unregister_env
+from trace_envs.synthesis.calibrate import PolicyFactory, SearchResult, Trial, search_knobs
+from trace_envs.synthesis.config import SynthesisConfig
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class SelectedCapability:
+    """One entry of ``selected_capabilities.json`` (extra keys are kept in ``extra``)."""
+
+    name: str
+    description: str = ""
+    mean_cov: float | None = None
+    mean_delta: float | None = None
+    n_runs_passed: int | None = None
+    example_failed_ids: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SelectedCapability":
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise ValueError(f"a selected capability needs a string 'name', got {data!r}")
+        known = {"name", "description", "mean_cov", "mean_delta", "n_runs_passed", "example_failed_ids",
+                 "example_failed_cases"}
+        examples = data.get("example_failed_ids", data.get("example_failed_cases")) or []
+        return cls(name=data["name"], description=str(data.get("description", "")), mean_cov=data.get("mean_cov"),
+                   mean_delta=data.get("mean_delta"), n_runs_passed=data.get("n_runs_passed"),
+                   example_failed_ids=[str(e) for e in examples],
+                   extra={k: v for k, v in data.items() if k not in known})
+
+
+def read_selected(path: str | os.PathLike) -> list[SelectedCapability]:
+    """Read ``selected_capabilities.json``: ``{"selected": [...]}`` (analysis output) or a bare list."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    entries = doc.get("selected", []) if isinstance(doc, dict) else doc
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a list of selected capabilities")
+    return [SelectedCapability.from_dict(e) for e in entries]
+
+
+def env_name(capability: str, domain: str) -> str:
+    return f"{capability}-{domain}"
+
+
+def env_id(capability: str, domain: str) -> str:
+    return f"{NAMESPACE}/{env_name(capability, domain)}-v0"
+
+
+def module_filename(capability: str, domain: str) -> str:
+    return f"{capability}_{domain.replace('-', '_')}.py"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_TEMPLATE = '''"""Emitted by `trace-rl synthesize`: {capability} on {domain}.
+
+{description}
+Family: {entry_point} with calibrated difficulty knobs {knobs}.
+Calibration ({n_seeds} seeds x {group_size}): mean reward {mean_reward:.3f}, success {success_rate:.3f},
+reward std {reward_std:.3f}. Source: {source}. Delete this file to unregister the env.
+"""
+
+from trace_envs.registry import register_env
+
+KWARGS = {kwargs}
+ENV_ID = register_env({name!r}, {entry_point!r}, **KWARGS)
+'''
+
+
+def render_module(capability: str, domain: str, knobs: dict[str, Any], trial: Trial, description: str,
+                  source: str) -> str:
+    stats = trial.stats
+    return _TEMPLATE.format(
+        capability=capability, domain=domain, description=description or "(no description)",
+        entry_point=FAMILIES[capability], knobs=json.dumps(knobs, sort_keys=True), n_seeds=stats.n_seeds,
+        group_size=stats.group_size, mean_reward=stats.mean_reward, success_rate=stats.success_rate,
+        reward_std=stats.reward_std, source=source or "-", kwargs=repr({"domain": domain, **knobs}),
+        name=env_name(capability, domain))
+
+
+def emit(capability: str, result: SearchResult, out_dir: str | os.PathLike, description: str = "",
+         source: str = "") -> dict[str, Any]:
+    """Write the module and its manifest entry (atomically); returns the entry."""
+    if result.chosen is None:
+        raise ValueError(f"{capability}: calibration did not pass; refusing to emit")
+    out = Path(out_dir)
+    knobs = dict(result.chosen.knobs)
+    module = module_filename(capability, result.domain)
+    atomic_write_text(out / module, render_module(capability, result.domain, knobs, result.chosen, description, source))
+    entry = {
+        "env_id": env_id(capability, result.domain), "capability": capability, "domain": result.domain,
+        "module": module, "entry_point": FAMILIES[capability], "knobs": knobs,
+        "calibration": result.chosen.stats.to_dict(), "search_trials": len(result.trials), "source_run": source,
+    }
+    manifest_path = out / MANIFEST
+    doc = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {"envs": []}
+    doc["envs"] = [e for e in doc.get("envs", []) if e.get("env_id") != entry["env_id"]] + [entry]
+    atomic_write_text(manifest_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    # Re-register in this process so the new knobs take effect without a restart.
+    unregister_env(entry["env_id"])
+    sys.modules.pop(f"generated_envs.{Path(module).stem}", None)
+    import generated_envs
+
+    generated_envs.load(out)
+    return entry
+
+
+@dataclass
+class SynthesisReport:
+    emitted: list[dict[str, Any]] = field(default_factory=list)
+    no_family: list[str] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)  # gate never passed: closest trial
+    searches: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"emitted": self.emitted, "no_family": self.no_family, "failed": self.failed, "searches": self.searches}
+
+
+def synthesize(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir: str | os.PathLike,
+               source: str = "", policy_factory: PolicyFactory | None = None,
+               on_trial: Callable[[str, Trial], None] | None = None) -> SynthesisReport:
+    """Calibrate and emit one env per selected capability that has a family (see module docstring)."""
+    report = SynthesisReport()
+    for cap in selected:
+        if cap.name not in FAMILIES:
+            logger.warning("capability %r has no env family: it needs the LLM-driven env generator "
+                           "(prompts/env synthesis); skipped", cap.name)
+            report.no_family.append(cap.name)
+            continue
+        result = search_knobs(cap.name, cfg, policy_factory,
+                              on_trial=(lambda t, name=cap.name: on_trial(name, t)) if on_trial else None)
+        report.searches.append(result.to_dict())
+        if not result.passed:
+            closest = result.closest(cfg.gate)
+            logger.warning("capability %r: no difficulty setting passes the calibration gate; closest %s: %s",
+                           cap.name, closest.knobs, closest.failures)
+            report.failed.append({"capability": cap.name, "closest": closest.to_dict()})
+            continue
+        report.emitted.append(emit(cap.name, result, out_dir, cap.description, source))
+    return report

@@ -1,0 +1,35 @@
+"""Helpers shared by ``trace-rl calibrate`` and ``trace-rl synthesize``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from rich.table import Table
+
+from trace_envs.synthesis import CalibrationStats, SynthesisConfig, scripted_policy_factory
+from trace_envs.synthesis.calibrate import PolicyFactory
+
+
+def synthesis_config(cfg: DictConfig) -> SynthesisConfig:
+    return SynthesisConfig.from_dict(OmegaConf.to_container(cfg.synthesis, resolve=True))  # type: ignore[arg-type]
+
+
+def policy_factory(cfg: SynthesisConfig) -> PolicyFactory:
+    """The calibration policy; only the scripted expert is wired into the CLI so far."""
+    if cfg.policy.kind != "scripted":
+        raise ValueError(f"synthesis.policy.kind={cfg.policy.kind!r} is not available from the CLI yet; "
+                         "use 'scripted', or pass a policy factory to trace_envs.synthesis.search_knobs")
+    return scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed)
+
+
+def stats_table(rows: list[tuple[str, dict[str, Any], CalibrationStats, list[str]]]) -> Table:
+    table = Table(show_header=True, header_style="bold")
+    for col in ("env", "knobs", "reward", "success", "std", "all-1", "all-0", "const", "pass@k", "gate"):
+        table.add_column(col)
+    for name, knobs, s, failures in rows:
+        table.add_row(name, str(knobs), f"{s.mean_reward:.3f}", f"{s.success_rate:.3f}", f"{s.reward_std:.3f}",
+                      f"{s.frac_all_success:.2f}", f"{s.frac_all_zero:.2f}", f"{s.frac_constant:.2f}",
+                      " ".join(f"{k}:{v:.2f}" for k, v in s.pass_at_k.items()),
+                      "[green]PASS[/green]" if not failures else "[red]" + "; ".join(failures) + "[/red]")
+    return table

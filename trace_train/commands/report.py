@@ -1,0 +1,26 @@
+"""``trace-rl report run_dir=<dir>``: (re)build ``<dir>/report.html`` and print its path."""
+
+from __future__ import annotations
+
+import hydra
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig
+
+import trace_train.paths
+
+
+@hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="report", version_base=None)
+def main(cfg: DictConfig) -> None:
+    from rich.console import Console
+
+    from trace_train.report import ViewerLimits, build_report
+
+    limits = ViewerLimits(**{k: int(v) for k, v in cfg.viewer.items()})
+    out = to_absolute_path(cfg.out) if cfg.out else None
+    path = build_report(to_absolute_path(cfg.run_dir), out, limits)
+    Console().print(f"[green]report written[/green] ({path.stat().st_size / 1024:.1f} KB):")
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Atomic training checkpoints: adapter + optimizer + RNG states + iteration.
+
+Layout under the run's output dir::
+
+    checkpoints/iter_0004/{adapter/, optimizer.pt, state.pt}
+    checkpoints/latest.json      # {"name": "iter_0004", "iteration": 4}
+
+A checkpoint is written into a temp dir and renamed into place, then ``latest.json`` is replaced
+atomically, so a crash leaves either the previous or the new checkpoint, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trace_train.grpo.lora import load_adapter_weights, save_adapter
+from trace_train.trajectory import write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def save_checkpoint(
+    output_dir: str | os.PathLike,
+    iteration: int,
+    model: torch.nn.Module,
+    adapter: str,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Save the state after ``iteration`` completed iterations; returns the checkpoint dir."""
+    root = Path(output_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"iter_{iteration:04d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    try:
+        save_adapter(model, adapter, tmp / "adapter")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        state = {
+            "iteration": iteration,
+            "adapter": adapter,
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(),
+            "extra": extra or {},
+        }
+        torch.save(state, tmp / "state.pt")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_json_atomic(root / "latest.json", {"name": final.name, "iteration": iteration})
+    logger.info("checkpoint %s written", final)
+    return final
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint ``latest.json`` points to, or None."""
+    pointer = Path(output_dir) / "checkpoints" / "latest.json"
+    if not pointer.exists():
+        return None
+    path = pointer.parent / json.loads(pointer.read_text())["name"]
+    if not path.is_dir():
+        raise RuntimeError(f"{pointer} points to missing checkpoint {path}")
+    return path
+
+
+def load_checkpoint(
+    path: str | os.PathLike, model: torch.nn.Module, adapter: str, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """Restore adapter weights, optimizer and RNG states; return the saved state (``iteration`` etc.)."""
+    path = Path(path)
+    state = torch.load(path / "state.pt", weights_only=False)
+    if state["adapter"] != adapter:
+        raise ValueError(f"checkpoint {path} is for adapter {state['adapter']!r}, not {adapter!r}")
+    load_adapter_weights(model, adapter, path / "adapter")
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    torch.set_rng_state(state["torch_rng"])
+    np.random.set_state(state["numpy_rng"])
+    return state

@@ -1,0 +1,156 @@
+"""Typed GRPO configuration; mirrors ``conf/grpo/default.yaml`` key for key."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from trace_train.grpo.lora import LoraSettings
+from trace_train.grpo.loss import LEVELS
+
+
+@dataclass
+class GRPOConfig:
+    """Seeded-group GRPO hyper-parameters (paper defaults where the paper states one)."""
+
+    iterations: int = 10  # outer iterations: rollout → advantages → update
+    groups_per_iter: int = 8  # groups per iteration (one env seed each)
+    group_size: int = 16  # G rollouts per group, sharing the env seed
+    lr: float = 1e-5  # AdamW learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    eps: float = 0.2  # lower clip range: ratio >= 1 - eps
+    eps_high: float | None = None  # upper clip range (None: same as eps)
+    loss_level: str = "token"  # token | token_seq_mean | sequence (see trace_train.grpo.loss)
+    advantage_std: str = "group"  # group | batch | none
+    adv_eps: float = 1e-6  # ε in (r - mean) / (std + ε)
+    kl_beta: float = 0.0  # β of the k3 KL to the base (adapter disabled); 0 = paper
+    format_penalty: float = 0.0  # reward -= penalty * (1 - info['format_valid_fraction'])
+    grad_clip: float = 1.0  # max global grad norm (<= 0 disables clipping)
+    ppo_epochs: int = 1  # passes over each iteration's samples
+    mini_batches: int = 1  # optimizer steps per epoch (samples split into this many mini-batches)
+    micro_batch_size: int = 4  # sequences per forward/backward (gradient accumulation)
+    old_logprobs: str = "recompute"  # recompute (trainer, before the update) | sampler (from the backend)
+    temperature: float = 1.0  # sampling temperature (log-probs are computed at the same temperature)
+    top_p: float = 1.0
+    max_new_tokens: int = 96  # per policy turn
+    checkpoint_every: int = 5  # iterations between checkpoints (the last one is always saved)
+    seed: int = 0  # run seed: env seeds, sampler seeds, env mixture, shuffling, LoRA init
+    threads: int = 1  # torch intra-op threads (0 leaves torch's default)
+    mode: str = "grpo"  # grpo | sft (cross-entropy on successful records only)
+    tensorboard: bool = True  # also log to TensorBoard when torch.utils.tensorboard imports
+    progress: bool = True  # rich progress bar on rank 0
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "GRPOConfig":
+        """Build from a plain mapping (e.g. ``OmegaConf.to_container``); unknown keys are an error."""
+        data = dict(data)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            hints = {k: difflib.get_close_matches(k, names, n=1) for k in unknown}
+            raise ValueError(f"unknown grpo config keys {unknown} (did you mean {hints}?)")
+        lora = data.pop("lora", None)
+        cfg = cls(**data)
+        if lora is not None:
+            lora = dict(lora)
+            lora_names = {f.name for f in dataclasses.fields(LoraSettings)}
+            bad = sorted(set(lora) - lora_names)
+            if bad:
+                raise ValueError(f"unknown grpo.lora keys {bad}; known: {sorted(lora_names)}")
+            if "target_modules" in lora:
+                lora["target_modules"] = list(lora["target_modules"])
+            cfg.lora = LoraSettings(**lora)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a clear message on any inconsistent value."""
+        errors = []
+        if self.mode not in ("grpo", "sft"):
+            errors.append(f"mode must be 'grpo' or 'sft', got {self.mode!r}")
+        if self.mode == "grpo" and self.group_size < 2:
+            errors.append(
+                f"group_size must be >= 2 for GRPO (advantages are relative to the group), got {self.group_size}"
+            )
+        if self.group_size < 1:
+            errors.append(f"group_size must be >= 1, got {self.group_size}")
+        for key in (
+            "iterations",
+            "groups_per_iter",
+            "ppo_epochs",
+            "mini_batches",
+            "micro_batch_size",
+            "checkpoint_every",
+        ):
+            if getattr(self, key) < 1:
+                errors.append(f"{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 < self.eps < 1:
+            errors.append(f"eps must be in (0, 1), got {self.eps}")
+        if self.eps_high is not None and self.eps_high <= 0:
+            errors.append(f"eps_high must be > 0, got {self.eps_high}")
+        if self.loss_level not in LEVELS:
+            errors.append(f"loss_level must be one of {LEVELS}, got {self.loss_level!r}")
+        if self.advantage_std not in ("group", "batch", "none"):
+            errors.append(f"advantage_std must be group|batch|none, got {self.advantage_std!r}")
+        if self.old_logprobs not in ("recompute", "sampler"):
+            errors.append(f"old_logprobs must be recompute|sampler, got {self.old_logprobs!r}")
+        if self.kl_beta < 0 or self.format_penalty < 0 or self.lr <= 0:
+            errors.append("kl_beta and format_penalty must be >= 0 and lr > 0")
+        if self.temperature <= 0:
+            errors.append(f"temperature must be > 0, got {self.temperature}")
+        if self.lora.r < 1:
+            errors.append(f"lora.r must be >= 1, got {self.lora.r}")
+        if errors:
+            raise ValueError("invalid GRPO config:\n  - " + "\n  - ".join(errors))
+
+
+def normalize_envs(env: str | Mapping[str, float]) -> dict[str, float]:
+    """``"a"`` → ``{"a": 1.0}``; ``{"a": 2, "b": 1}`` stays a weighted mixture (weights > 0)."""
+    if isinstance(env, str):
+        return {env: 1.0}
+    mixture = {str(k): float(v) for k, v in dict(env).items()}
+    if not mixture or any(w <= 0 for w in mixture.values()):
+        raise ValueError(f"env mixture needs >= 1 env id with weight > 0, got {mixture}")
+    return mixture
+
+
+def check_env_ids(env_ids: list[str]) -> None:
+    """Fail unless every id is registered in ``gymnasium.registry`` (``"module:id"`` imports module first)."""
+    import gymnasium
+
+    for env_id in env_ids:
+        name = env_id
+        if ":" in env_id:
+            module, name = env_id.split(":", 1)
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ValueError(f"env id {env_id!r}: cannot import module {module!r} ({exc})") from exc
+        if name not in gymnasium.registry:
+            close = difflib.get_close_matches(name, list(gymnasium.registry), n=3)
+            hint = f"; did you mean {close}?" if close else " (is the package that registers it imported?)"
+            raise ValueError(f"unknown env id {env_id!r}: not in gymnasium.registry{hint}")
+
+
+def check_output_dir(output_dir: str | Path, adapter: str, resume: bool) -> None:
+    """Refuse to overwrite an existing adapter or run directory unless resuming."""
+    if resume:
+        return
+    root = Path(output_dir)
+    if (root / "adapters" / adapter).exists():
+        raise ValueError(
+            f"adapter name clash: {root / 'adapters' / adapter} already exists; pass resume=true to continue "
+            f"that run or choose another adapter name / output_dir"
+        )
+    taken = [p for p in (root / "checkpoints", root / "metrics.jsonl") if p.exists()]
+    if taken:
+        raise ValueError(
+            f"output_dir {root} already holds a training run ({taken[0].name}); use a fresh output_dir or resume=true"
+        )

@@ -1,0 +1,294 @@
+"""``GRPOTrainer``: seeded-group GRPO (or SFT on successes) of one LoRA adapter, base frozen.
+
+One iteration: plan seeds (G members share an env seed) → ``backend.rollout`` → rewards (+ format
+penalty) → group advantages (constant groups dropped) → log-probs under the current policy →
+PPO-clip loss → AdamW with grad clipping. Under ``torch.distributed`` the groups are split across
+ranks, rewards are gathered so every rank computes the same advantages, and gradients are summed;
+only rank 0 writes files.
+
+If the backend has ``sync_adapter(name, path) -> str`` (a server backend), the current adapter is
+saved as ``adapters/<name>/v<iter>`` each iteration and pushed under the versioned name
+``<name>@<iter>`` before rollout; otherwise the backend is assumed to share ``model`` in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+
+from trace_train.grpo import dist
+from trace_train.grpo.advantages import group_advantages
+from trace_train.grpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trace_train.grpo.config import GRPOConfig, check_env_ids, check_output_dir, normalize_envs
+from trace_train.grpo.lora import (
+    assert_only_lora_trainable,
+    attach_adapter,
+    save_adapter,
+    trainable_parameters,
+    versioned_dir,
+    versioned_name,
+)
+from trace_train.grpo.metrics import MetricsLogger
+from trace_train.grpo.seeds import GroupSeeds, plan_iteration
+from trace_train.grpo.update import Sample, optimize, sequence_logprobs
+from trace_train.rollout.base import EpisodeRequest, RolloutBackend, SamplingParams
+from trace_train.trajectory import (
+    TrajectoryRecord,
+    append_jsonl,
+    iter_jsonl,
+    write_json_atomic,
+    write_jsonl_atomic,
+    write_trajectories,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    """What a finished ``train()`` leaves behind."""
+
+    iterations: int
+    adapter_dir: Path | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _drop_rows_from(path: Path, iteration: int) -> None:
+    """Forget logged rows of iterations >= ``iteration`` (they are replayed after a resume)."""
+    if path.exists():
+        write_jsonl_atomic(path, [row for row in iter_jsonl(path) if int(row.get("iteration", -1)) < iteration])
+
+
+def shaped_reward(record: TrajectoryRecord, format_penalty: float) -> float:
+    """Env reward minus ``format_penalty × (1 − format_valid_fraction)`` when the backend reports it."""
+    valid = record.info.get("format_valid_fraction") if record.info else None
+    if format_penalty and valid is not None:
+        return float(record.reward) - format_penalty * (1.0 - float(valid))
+    return float(record.reward)
+
+
+class GRPOTrainer:
+    """Trains adapter ``adapter`` on ``env`` (an id or a ``{id: weight}`` mixture) with ``backend``.
+
+    ``backend`` is a rollout backend, or a factory called with the adapted (peft) model — for
+    in-process backends that must hold the model the trainer updates. All checks (config, env ids,
+    output-dir clash) run in the constructor, before any work.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        backend: RolloutBackend | Callable[[torch.nn.Module], RolloutBackend],
+        config: GRPOConfig,
+        env: str | Mapping[str, float],
+        adapter: str,
+        output_dir: str | Path,
+        resume: bool = False,
+        env_kwargs: Mapping[str, Any] | None = None,
+        pad_id: int = 0,
+    ) -> None:
+        config.validate()
+        self.envs = normalize_envs(env)
+        check_env_ids(list(self.envs))
+        check_output_dir(output_dir, adapter, resume)
+        if dist.world_size() > config.groups_per_iter:
+            raise ValueError(f"groups_per_iter={config.groups_per_iter} < world size {dist.world_size()}")
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.cfg, self.adapter, self.pad_id = config, adapter, pad_id
+        self.output_dir = Path(output_dir)
+        self.env_kwargs = dict(env_kwargs or {})
+        self.is_main = dist.rank() == 0
+        self.model = attach_adapter(model, adapter, config.lora)
+        n_trainable = assert_only_lora_trainable(self.model, adapter)
+        self.params = [p for _, p in trainable_parameters(self.model)]
+        self.backend: RolloutBackend = backend if hasattr(backend, "rollout") else backend(self.model)
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
+        self.start_iteration = 0
+        checkpoint = latest_checkpoint(self.output_dir) if resume else None
+        if checkpoint is not None:
+            state = load_checkpoint(checkpoint, self.model, adapter, self.optimizer)
+            self.start_iteration = int(state["iteration"])
+            logger.info("resumed %s from %s (iteration %d)", adapter, checkpoint, self.start_iteration)
+        elif resume:
+            logger.info("resume requested but %s has no checkpoint; starting fresh", self.output_dir)
+        if self.is_main and checkpoint is not None:
+            for name in ("metrics.jsonl", "seeds.jsonl"):
+                _drop_rows_from(self.output_dir / name, self.start_iteration)
+        self.metrics = MetricsLogger(self.output_dir, config.tensorboard) if self.is_main else None
+        if self.is_main:
+            write_json_atomic(
+                self.output_dir / "config.json",
+                {"grpo": config.to_dict(), "env": self.envs, "adapter": adapter, "trainable_params": n_trainable},
+            )
+
+    # ----------------------------------------------------------------- rollout
+    def _requests(self, plan: list[GroupSeeds]) -> list[EpisodeRequest]:
+        return [
+            EpisodeRequest(
+                env_id=g.env_id, seed=g.env_seed, sample_seed=s, env_kwargs=dict(self.env_kwargs), group=g.group
+            )
+            for g in plan
+            for s in g.sample_seeds
+        ]
+
+    def _rollout_adapter(self, iteration: int) -> str:
+        sync = getattr(self.backend, "sync_adapter", None)
+        if not callable(sync):
+            return self.adapter
+        path = versioned_dir(self.output_dir, self.adapter, iteration)
+        if self.is_main:
+            save_adapter(self.model, self.adapter, path)
+        dist.barrier()
+        return sync(versioned_name(self.adapter, iteration), str(path))
+
+    def _rollout(self, iteration: int, local: list[GroupSeeds]) -> list[TrajectoryRecord]:
+        requests = self._requests(local)
+        sampling = SamplingParams(
+            temperature=self.cfg.temperature, top_p=self.cfg.top_p, max_new_tokens=self.cfg.max_new_tokens
+        )
+        self.model.eval()
+        records = self.backend.rollout(requests, sampling, self._rollout_adapter(iteration)) if requests else []
+        if len(records) != len(requests):
+            raise RuntimeError(f"backend returned {len(records)} records for {len(requests)} requests")
+        for rec in records:
+            if rec.token_ids is None or rec.loss_mask is None:
+                raise RuntimeError(
+                    f"record {rec.episode_id} has no token_ids/loss_mask; GRPO needs token-level records"
+                )
+            if self.cfg.old_logprobs == "sampler" and rec.logprobs is None:
+                raise RuntimeError(f"old_logprobs=sampler but record {rec.episode_id} has no sampler logprobs")
+        return records
+
+    # --------------------------------------------------------------- iteration
+    def run_iteration(self, iteration: int) -> dict[str, Any]:
+        """One full GRPO iteration; returns its metrics (identical on every rank)."""
+        cfg, G = self.cfg, self.cfg.group_size
+        t0 = time.perf_counter()
+        plan = plan_iteration(cfg.seed, iteration, cfg.groups_per_iter, G, self.envs)
+        local = plan[dist.rank() :: dist.world_size()]
+        records = self._rollout(iteration, local)
+        t_rollout = time.perf_counter() - t0
+
+        # Every rank needs every reward to normalize (batch std) identically.
+        stats = [
+            (g.group, [shaped_reward(r, cfg.format_penalty) for r in records[i * G : (i + 1) * G]])
+            for i, g in enumerate(local)
+        ]
+        all_stats = sorted((s for part in dist.all_gather_objects(stats) for s in part), key=lambda s: s[0])
+        rewards = np.asarray([r for _, rs in all_stats for r in rs], dtype=np.float64)
+        adv = group_advantages(rewards, G, cfg.advantage_std, cfg.adv_eps) if G >= 2 else None
+
+        samples: list[Sample] = []
+        for i, g in enumerate(local):
+            for m, rec in enumerate(records[i * G : (i + 1) * G]):
+                flat = g.group * G + m
+                if cfg.mode == "sft":
+                    keep, value = bool(rec.success), 0.0
+                else:
+                    keep, value = bool(adv.keep[flat]), float(adv.values[flat])
+                if keep and sum(rec.loss_mask[1:]) > 0:
+                    samples.append(Sample(list(rec.token_ids), [float(x) for x in rec.loss_mask], value, rec.logprobs))
+
+        t1 = time.perf_counter()
+        old_lps = ref_lps = None
+        if cfg.mode == "grpo" and samples:
+            if cfg.old_logprobs == "sampler":
+                old_lps = [torch.tensor(s.sampler_logprobs, dtype=torch.float32) for s in samples]
+            elif cfg.ppo_epochs * cfg.mini_batches > 1:
+                self.model.eval()
+                old_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id)
+            if cfg.kl_beta > 0:
+                self.model.eval()
+                with self.model.disable_adapter():
+                    ref_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id)
+        update = optimize(
+            self.model, self.optimizer, self.params, samples, cfg, iteration, old_lps, ref_lps, self.pad_id
+        )
+        t_update = time.perf_counter() - t1
+
+        local_summary = {
+            "records": len(records),
+            "success": sum(bool(r.success) for r in records),
+            "env_reward": sum(float(r.reward) for r in records),
+            "sampled_tokens": sum(int(sum(r.loss_mask)) for r in records),
+            "trained_tokens": sum(s.n_tokens for s in samples),
+            "trained_samples": len(samples),
+            "format_valid": [
+                float(r.info["format_valid_fraction"]) for r in records if r.info and "format_valid_fraction" in r.info
+            ],
+            "env_ids": [g.env_id for g in local],
+        }
+        parts = dist.all_gather_objects(local_summary)
+        keys = ("records", "success", "env_reward", "sampled_tokens", "trained_tokens", "trained_samples")
+        total = {k: sum(p[k] for p in parts) for k in keys}
+        fmt = [v for p in parts for v in p["format_valid"]]
+        elapsed = time.perf_counter() - t0
+        metrics: dict[str, Any] = {
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()),
+            "env_reward_mean": total["env_reward"] / max(total["records"], 1),
+            "success_rate": total["success"] / max(total["records"], 1),
+            "constant_group_fraction": adv.constant_fraction if adv is not None else 0.0,
+            "trained_samples": total["trained_samples"],
+            "format_valid": float(np.mean(fmt)) if fmt else None,
+            "rollout_tokens_per_s": total["sampled_tokens"] / max(t_rollout, 1e-9),
+            "train_tokens_per_s": total["trained_tokens"] / max(t_update, 1e-9),
+            "samples_per_s": total["records"] / max(elapsed, 1e-9),
+            "time_rollout_s": t_rollout,
+            "time_update_s": t_update,
+            "env_groups": {e: sum(p["env_ids"].count(e) for p in parts) for e in self.envs},
+            **update,
+        }
+        if self.is_main:
+            for g in plan:
+                append_jsonl(self.output_dir / "seeds.jsonl", g.to_dict())
+            all_records = [r for part in dist.all_gather_objects(records) for r in part]
+            write_trajectories(self.output_dir / "rollouts" / f"iter_{iteration:04d}.jsonl", all_records)
+        else:
+            dist.all_gather_objects(records)
+        return metrics
+
+    # ------------------------------------------------------------------- train
+    def train(self) -> TrainResult:
+        """Run the remaining iterations, checkpointing every ``checkpoint_every`` and at the end."""
+        cfg = self.cfg
+        history: list[dict[str, Any]] = []
+        adapter_dir: Path | None = None
+        progress = None
+        if self.is_main and cfg.progress:
+            from rich.progress import Progress
+
+            progress = Progress(transient=False)
+            progress.start()
+            task = progress.add_task(f"GRPO {self.adapter}", total=cfg.iterations, completed=self.start_iteration)
+        try:
+            for iteration in range(self.start_iteration, cfg.iterations):
+                metrics = self.run_iteration(iteration)
+                history.append(metrics)
+                done = iteration + 1
+                if self.metrics is not None:
+                    self.metrics.log(iteration, metrics)
+                if done % cfg.checkpoint_every == 0 or done == cfg.iterations:
+                    if self.is_main:
+                        save_checkpoint(self.output_dir, done, self.model, self.adapter, self.optimizer)
+                        adapter_dir = save_adapter(
+                            self.model, self.adapter, versioned_dir(self.output_dir, self.adapter, done)
+                        )
+                    dist.barrier()
+                if progress is not None:
+                    progress.update(
+                        task, advance=1, description=f"GRPO {self.adapter} reward={metrics['reward_mean']:.3f}"
+                    )
+        finally:
+            if progress is not None:
+                progress.stop()
+            if self.metrics is not None:
+                self.metrics.close()
+        return TrainResult(iterations=cfg.iterations, adapter_dir=adapter_dir, history=history)

@@ -1,0 +1,137 @@
+"""The policy update of one iteration: micro-batched log-probs, the GRPO (or SFT) loss, AdamW steps."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from trace_train.grpo import dist
+from trace_train.grpo.config import GRPOConfig
+from trace_train.grpo.logprobs import pad_batch, pad_values, token_logprobs
+from trace_train.grpo.loss import grpo_loss, sft_loss
+from trace_train.grpo.seeds import shuffle_generator
+
+
+@dataclass
+class Sample:
+    """One training sequence: the episode's token ids, its loss mask and its advantage."""
+
+    token_ids: list[int]
+    loss_mask: list[float]
+    advantage: float = 0.0
+    sampler_logprobs: list[float] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return int(sum(self.loss_mask[1:]))  # position 0 is never predicted
+
+
+def _chunks(seq: Sequence[int], size: int) -> list[list[int]]:
+    return [list(seq[i : i + size]) for i in range(0, len(seq), size)]
+
+
+@torch.no_grad()
+def sequence_logprobs(
+    model: torch.nn.Module, samples: Sequence[Sample], micro: int, temperature: float, pad_id: int = 0
+) -> list[torch.Tensor]:
+    """Log-probs (1-D, one per sample, aligned with its token ids) under ``model`` as it is now."""
+    device = next(model.parameters()).device
+    out: list[torch.Tensor] = []
+    for idx in _chunks(range(len(samples)), micro):
+        batch = [samples[i] for i in idx]
+        ids, attn, _ = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
+        lp, _ = token_logprobs(model, ids.to(device), attn.to(device), temperature)
+        out.extend(lp[j, : len(s.token_ids)].cpu() for j, s in enumerate(batch))
+    return out
+
+
+def _stack(values: Sequence[torch.Tensor], length: int) -> torch.Tensor:
+    return pad_values([v.tolist() for v in values], length)
+
+
+def optimize(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    samples: list[Sample],
+    cfg: GRPOConfig,
+    iteration: int,
+    old_lps: list[torch.Tensor] | None,
+    ref_lps: list[torch.Tensor] | None,
+    pad_id: int = 0,
+) -> dict[str, float]:
+    """Run ``ppo_epochs × mini_batches`` optimizer steps on this rank's ``samples``.
+
+    Each rank's loss is divided by the *global* normalizer (tokens or sequences summed over ranks)
+    and gradients are summed over ranks, so N ranks give the same step as one rank on all samples.
+    ``old_lps=None`` means "old = current policy before the step" (exact when there is one step).
+    """
+    device = next(model.parameters()).device
+    sums: dict[str, float] = defaultdict(float)
+    weights: dict[str, float] = defaultdict(float)
+    grad_norms: list[float] = []
+    model.train()
+    token_level = cfg.mode == "sft" or cfg.loss_level == "token"
+    for epoch in range(cfg.ppo_epochs):
+        order = np.arange(len(samples))
+        if cfg.mini_batches > 1:
+            order = shuffle_generator(cfg.seed, iteration, epoch, dist.rank()).permutation(len(samples))
+        for mini in np.array_split(order, cfg.mini_batches):
+            mini = [int(i) for i in mini]
+            local = sum(samples[i].n_tokens for i in mini) if token_level else len(mini)
+            normalizer = dist.all_reduce_sum(local)
+            if normalizer == 0:
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            for idx in _chunks(mini, cfg.micro_batch_size):
+                batch = [samples[i] for i in idx]
+                ids, attn, mask = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
+                length = ids.shape[1]
+                lp, ent = token_logprobs(model, ids.to(device), attn.to(device), cfg.temperature, with_entropy=True)
+                mask = mask.to(device)
+                if cfg.mode == "sft":
+                    out = sft_loss(lp, mask, normalizer=normalizer)
+                else:
+                    old = lp.detach() if old_lps is None else _stack([old_lps[i] for i in idx], length).to(device)
+                    ref = None if ref_lps is None else _stack([ref_lps[i] for i in idx], length).to(device)
+                    adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=device)
+                    out = grpo_loss(
+                        lp,
+                        old,
+                        adv,
+                        mask,
+                        eps_low=cfg.eps,
+                        eps_high=cfg.eps_high,
+                        level=cfg.loss_level,
+                        ref_logprobs=ref,
+                        kl_beta=cfg.kl_beta,
+                        entropy=ent,
+                        normalizer=normalizer,
+                    )
+                out.loss.backward()
+                sums["loss"] += float(out.loss.detach())
+                for key, value in out.metrics.items():
+                    sums[key] += value * out.tokens
+                    weights[key] += out.tokens
+            dist.all_reduce_grads(params)
+            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    gathered = dist.all_gather_objects((dict(sums), dict(weights)))
+    metrics: dict[str, float] = {}
+    for key in {k for s, _ in gathered for k in s}:
+        total = sum(s.get(key, 0.0) for s, _ in gathered)
+        weight = sum(w.get(key, 0.0) for _, w in gathered)
+        if key == "loss":  # per-rank losses are globally normalized: their sum is the step's loss
+            metrics[key] = total / max(len(grad_norms), 1)
+        elif weight > 0:
+            metrics[key] = total / weight
+    metrics["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+    metrics["optimizer_steps"] = len(grad_norms)
+    return metrics

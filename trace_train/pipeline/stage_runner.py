@@ -1,0 +1,80 @@
+"""Content-hashed stages in one run directory: skip what is unchanged, resume what was interrupted.
+
+``pipeline.json`` records each stage's status, the hash of its inputs (its config plus the hashes of
+the stages it reads) and its outputs. A stage reruns when its hash changed, when it never finished,
+or when forced (``force=<stage>``); an interrupted stage's function is called again and resumes from
+what it left in its folder (checkpoints), so a kill loses at most the iteration in progress.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from trace_train.trajectory import write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def content_hash(*parts: Any) -> str:
+    """A stable hash of JSON-serialisable parts (dict key order does not matter)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass
+class StageRunner:
+    run_dir: Path
+    force: set[str] = field(default_factory=set)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / "pipeline.json"
+        self.state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"stages": {}}
+        self.state.update(self.meta)
+
+    def _save(self) -> None:
+        write_json_atomic(self.run_dir / "pipeline.json", self.state)
+
+    def hash_of(self, name: str) -> str:
+        return self.state["stages"].get(name, {}).get("hash", "")
+
+    def outputs_of(self, name: str) -> dict[str, Any]:
+        return self.state["stages"].get(name, {}).get("outputs", {})
+
+    def run(self, name: str, inputs_hash: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+        """Run (or skip) stage ``name``; ``fn(stage_dir)`` returns the stage's JSON-serialisable outputs."""
+        record = self.state["stages"].get(name)
+        if (record and record.get("status") == "done" and record.get("hash") == inputs_hash
+                and name not in self.force):
+            logger.info("stage %s: unchanged (hash %s), skipped", name, inputs_hash)
+            record["last_action"] = "skipped"
+            self._save()
+            return record["outputs"]
+        if record and record.get("hash") not in (None, inputs_hash):
+            logger.info("stage %s: inputs changed, rerunning", name)
+        stage_dir = self.run_dir / name
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        previous_wall = record.get("wall_s", 0.0) if record and record.get("hash") == inputs_hash else 0.0
+        self.state["stages"][name] = {"status": "running", "hash": inputs_hash, "wall_s": previous_wall}
+        self._save()
+        start = time.perf_counter()
+        try:
+            outputs = fn(stage_dir)
+        except BaseException as exc:
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            self.state["stages"][name].update(status=status, error=repr(exc)[:500],
+                                              wall_s=previous_wall + time.perf_counter() - start)
+            self._save()
+            raise
+        self.state["stages"][name] = {"status": "done", "hash": inputs_hash, "outputs": outputs,
+                                      "wall_s": previous_wall + time.perf_counter() - start, "last_action": "ran"}
+        self._save()
+        return outputs

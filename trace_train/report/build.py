@@ -1,0 +1,103 @@
+"""``build_report(run_dir)``: one static, self-contained ``report.html`` for a TRACE run directory."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trace_train.report.assets import CSS, ERROR_HOOK_JS, VIEWER_JS
+from trace_train.report.html_util import not_run, section
+from trace_train.report.loaders import Loaded, RunData, load_run
+from trace_train.report.sections_analysis import calibration_section, capabilities_section, pipeline_section
+from trace_train.report.sections_results import (
+    efficiency_section,
+    evaluation_section,
+    routing_section,
+    training_section,
+)
+from trace_train.report.svg import esc
+from trace_train.report.viewer import ViewerLimits, embed_json, viewer_data
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LIMITS = ViewerLimits()
+
+SECTIONS = (
+    ("pipeline", "Pipeline"), ("analysis", "Capabilities"), ("synthesis", "Environments"),
+    ("training", "Training"), ("evaluation", "Evaluation"), ("efficiency", "Sample efficiency"),
+    ("routing", "Routing"), ("viewer", "Trajectories"),
+)
+
+
+def viewer_section(run: RunData, limits: ViewerLimits) -> str:
+    if not run.trajectories:
+        return section("viewer", "Trajectory viewer",
+                       not_run(Loaded("rollouts/trajectories.jsonl or eval/trajectories_<policy>.jsonl"),
+                               run.pipeline, "rollouts"))
+    data = viewer_data(run, limits)
+    errors = "".join(f'<p class="note warn">{esc(s["file"])}: {esc(s["error"])}</p>'
+                     for s in data["sources"] if s.get("error"))
+    body = (
+        f"{errors}<div id=\"viewer\"><div class=\"controls\">"
+        '<label>policy <select id="f-source"></select></label>'
+        '<label>outcome <select id="f-success"><option value="">all</option><option value="success">success'
+        '</option><option value="failure">failure</option></select></label>'
+        '<label>capability <select id="f-cap"></select></label><span id="f-count" class="muted"></span></div>'
+        '<div class="panes"><ul id="traj-list"></ul><div id="traj-detail">'
+        '<noscript><p class="note">The viewer needs JavaScript.</p></noscript></div></div></div>'
+        f'<script type="application/json" id="traj-data">{embed_json(data)}</script>'
+    )
+    return section("viewer", "Trajectory viewer", body,
+                   f"At most {limits.max_per_policy} trajectories per policy (half failures where possible), "
+                   f"{limits.max_messages} messages each, long texts clipped. Capability filter: the task's "
+                   "required capabilities and, for target rollouts, the analysis labels.")
+
+
+def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: str | None = None) -> str:
+    """The whole page as one string."""
+    target = run.pipeline.data.get("target_env") if isinstance(run.pipeline.data, dict) else None
+    title = title or f"TRACE run · {run.run_dir.name}"
+    parts = {
+        "pipeline": pipeline_section(run), "analysis": capabilities_section(run),
+        "synthesis": calibration_section(run), "training": training_section(run),
+        "evaluation": evaluation_section(run), "efficiency": efficiency_section(run),
+        "routing": routing_section(run), "viewer": viewer_section(run, limits),
+    }
+    nav = "".join(
+        f'<a href="#{sid}" class="{"missing" if "notrun" in parts[sid] else ""}">{esc(label)}</a>'
+        for sid, label in SECTIONS)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sub = f"target <code>{esc(target)}</code> · " if target else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style><script>{ERROR_HOOK_JS}</script></head><body>"
+        f"<header><h1>{esc(title)}</h1><p>{sub}run directory <code>{esc(run.run_dir)}</code> · "
+        f"generated {stamp} by trace-rl</p></header><nav>{nav}</nav><main>"
+        + "".join(parts[sid] for sid, _ in SECTIONS)
+        + f"</main><footer>trace-rl report · self-contained, no network access needed</footer>"
+        f"<script>{VIEWER_JS}</script></body></html>\n"
+    )
+
+
+def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None,
+                 limits: ViewerLimits = DEFAULT_LIMITS) -> Path:
+    """Read ``run_dir`` and write ``<run_dir>/report.html`` (or ``out``) atomically; returns its path."""
+    run = load_run(run_dir)
+    html = render_report(run, limits)
+    path = Path(out) if out is not None else run.run_dir / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(html)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    logger.info("report: %s (%.1f KB)", path, path.stat().st_size / 1024)
+    return path

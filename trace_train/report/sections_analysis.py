@@ -1,0 +1,145 @@
+"""Report sections for the first half of a run: pipeline stages, capability analysis, env calibration."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trace_train.report.html_util import Raw, badge, fmt, not_run, section, table
+from trace_train.report.loaders import RunData, first_num, num
+from trace_train.report.svg import esc, run_strip, value_bar
+
+STATUS_KIND = {"done": "ok", "skipped": "muted", "failed": "bad", "running": "warn"}
+
+
+def pipeline_section(run: RunData) -> str:
+    doc = run.pipeline.data
+    if not isinstance(doc, dict):
+        return section("pipeline", "Pipeline stages", not_run(run.pipeline, run.pipeline, "pipeline"))
+    stages = doc.get("stages") if isinstance(doc.get("stages"), dict) else {}
+    walls = [w for w in (num(s.get("wall_s")) for s in stages.values() if isinstance(s, dict)) if w is not None]
+    longest = max(walls, default=0.0) or 1.0
+    rows = []
+    for name, entry in stages.items():
+        entry = entry if isinstance(entry, dict) else {}
+        status = str(entry.get("status", "unknown"))
+        wall = num(entry.get("wall_s"))
+        rows.append((name, Raw(badge(status, STATUS_KIND.get(status, "muted"))),
+                     None if wall is None else f"{wall:,.1f} s",
+                     Raw(value_bar(wall, vmax=longest, width=180, fill="#6b7280", label=f"{wall:.1f} s"))
+                     if wall is not None else None,
+                     entry.get("hash")))
+    body = [f'<p>Target env: <code>{esc(doc.get("target_env", "?"))}</code> · {len(stages)} stages · '
+            f'total wall time {sum(walls):,.1f} s</p>']
+    body.append(table(("stage", "status", "wall time", "", "hash"), rows, "stages") if rows
+                else '<p class="note">pipeline.json lists no stages.</p>')
+    if doc.get("config") is not None:
+        pretty = json.dumps(doc["config"], indent=2, sort_keys=True, default=str)
+        body.append(f"<details><summary>run configuration</summary><pre>{esc(pretty)}</pre></details>")
+    return section("pipeline", "Pipeline stages", "".join(body))
+
+
+def _per_run(candidates: list[dict[str, Any]]) -> dict[str, list[bool]]:
+    out = {}
+    for c in candidates:
+        runs = c.get("per_run")
+        if isinstance(runs, list):
+            out[str(c.get("name"))] = [bool(r.get("passed")) for r in runs if isinstance(r, dict)]
+    return out
+
+
+def _cap_cells(c: dict[str, Any], thresholds: dict[str, Any], strips: dict[str, list[bool]],
+               n_runs: int) -> list[Any]:
+    delta, cov = num(c.get("mean_delta")), num(c.get("mean_cov"))
+    d_std, c_std = num(c.get("std_delta")), num(c.get("std_cov"))
+    passed, total = c.get("n_runs_passed"), c.get("n_runs_total", n_runs)
+    strip = strips.get(str(c.get("name")))
+    freq = f"{passed}/{total}" if passed is not None else "–"
+    return [
+        Raw(f'<b>{esc(c.get("name", "?"))}</b><div class="desc">{esc(c.get("description", ""))}</div>'),
+        Raw(value_bar(delta, d_std, -1.0, 1.0, num(thresholds.get("delta")), fill="#7c3aed",
+                      label=f"Δ {fmt(delta)} ± {fmt(d_std)}")
+            + f' <span class="num">{fmt(delta, 2, True)} ± {fmt(d_std, 2)}</span>'),
+        Raw(value_bar(cov, c_std, 0.0, 1.0, num(thresholds.get("rho")), fill="#059669",
+                      label=f"Cov {fmt(cov)} ± {fmt(c_std)}")
+            + f' <span class="num">{fmt(cov, 2)} ± {fmt(c_std, 2)}</span>'),
+        Raw(f'<span class="num">{esc(freq)}</span> ' + (run_strip(strip) if strip else "")),
+    ]
+
+
+def capabilities_section(run: RunData) -> str:
+    doc = run.selected.data
+    if not isinstance(doc, dict):
+        return section("analysis", "Capability analysis", not_run(run.selected, run.pipeline, "analysis"))
+    th = doc.get("thresholds") if isinstance(doc.get("thresholds"), dict) else {}
+    n_runs = doc.get("n_runs", "?")
+    totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
+    candidates = [c for c in doc.get("candidates", []) if isinstance(c, dict)]
+    selected = [c for c in doc.get("selected", []) if isinstance(c, dict)]
+    strips = _per_run(candidates)
+    body = [f'<p>ρ = {esc(th.get("rho", "?"))} · δ = {esc(th.get("delta", "?"))} · K = {esc(th.get("k", "?"))} '
+            f'of N = {esc(n_runs)} runs · {esc(totals.get("episodes", "?"))} trajectories '
+            f'({esc(totals.get("failed", "?"))} failed, {esc(totals.get("passed", "?"))} passed)'
+            + (f' · labeler <code>{esc(doc["run"].get("labeler"))}</code>' if isinstance(doc.get("run"), dict) else "")
+            + "</p>"]
+    missing = doc.get("missing_pairs")
+    if isinstance(missing, dict) and missing.get("total"):
+        body.append(f'<p class="note warn">{esc(missing["total"])} (trajectory, capability) pairs were never '
+                    f"labeled and are excluded.</p>")
+    headers = ("capability", "Δ = ER⁻ − ER⁺ (mean ± std; red: δ)", "Cov (mean ± std; red: ρ)", "runs passed")
+    body.append("<h3>Selected capabilities</h3>")
+    if selected:
+        body.append(table(headers, [_cap_cells(c, th, strips, n_runs) for c in selected], "caps selected"))
+    else:
+        body.append('<p class="note">No capability passed the consistency filter.</p>')
+    dropped = [c for c in candidates if not c.get("keep", c.get("passes_consistency", False))]
+    body.append("<h3>Dropped candidates</h3>")
+    if dropped:
+        rows = [_cap_cells(c, th, strips, n_runs) + [c.get("reason", "")] for c in dropped]
+        body.append(table(headers + ("why",), rows, "caps dropped"))
+    else:
+        body.append('<p class="note">No candidate was dropped.</p>' if candidates
+                    else '<p class="note">The file lists no candidates.</p>')
+    if run.label_runs:
+        body.append(f'<p class="muted">{len(run.label_runs)} per-run label files in <code>analysis/labels/</code>; '
+                    "the trajectory viewer shows each target rollout's majority label per capability.</p>")
+    return section("analysis", "Capability analysis", "".join(body),
+                   "Contrastive analysis: a capability is kept when Cov ≥ ρ and Δ ≥ δ in at least K of N runs.")
+
+
+def _envs(doc: Any) -> list[dict[str, Any]]:
+    entries = doc.get("envs", doc.get("entries", [])) if isinstance(doc, dict) else doc
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def calibration_section(run: RunData) -> str:
+    if run.manifest.data is None:
+        return section("synthesis", "Synthesized environments", not_run(run.manifest, run.pipeline, "synthesis"))
+    envs = _envs(run.manifest.data)
+    if not envs:
+        return section("synthesis", "Synthesized environments",
+                       '<p class="note">The manifest lists no emitted environments.</p>')
+    rows = []
+    for e in envs:
+        cal = e.get("calibration") if isinstance(e.get("calibration"), dict) else {}
+        succ = first_num(cal, "success_rate")
+        pak = cal.get("pass_at_k") if isinstance(cal.get("pass_at_k"), dict) else {}
+        gate = cal.get("passed_gate", e.get("passed_gate"))
+        size = (f'{cal["n_seeds"]}×{cal["group_size"]}' if "n_seeds" in cal and "group_size" in cal else None)
+        rows.append((
+            Raw(f'<code>{esc(e.get("env_id", "?"))}</code>'), e.get("capability"), e.get("domain"),
+            Raw(f'<code class="small">{esc(json.dumps(e.get("knobs", {}), sort_keys=True))}</code>'), size,
+            fmt(first_num(cal, "mean_reward")),
+            Raw(f'{value_bar(succ, width=90, fill="#2563eb")} <span class="num">{fmt(succ)}</span>'),
+            fmt(first_num(cal, "reward_std")),
+            fmt(first_num(cal, "frac_all_success", "all_success_frac")),
+            fmt(first_num(cal, "frac_all_zero", "all_zero_frac")),
+            fmt(first_num(cal, "frac_constant", "constant_frac")),
+            ", ".join(f"@{k}: {fmt(v, 2)}" for k, v in pak.items()) or None,
+            Raw(badge("yes", "ok") if gate is True else badge("no", "bad") if gate is False
+                else badge("emitted", "ok")),
+        ))
+    headers = ("env", "capability", "domain", "knobs", "seeds×G", "mean reward", "success", "reward std",
+               "all-success", "all-zero", "constant", "pass@k", "gate")
+    return section("synthesis", "Synthesized environments", table(headers, rows, "calib"),
+                   "Calibration of the base policy on each emitted env (fractions are over groups).")

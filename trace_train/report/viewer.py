@@ -1,0 +1,164 @@
+"""The trajectory viewer's data: a bounded, truncated sample of each trajectory file, embedded as JSON.
+
+The JSON goes into a ``<script type="application/json">`` block; :func:`embed_json` escapes ``<``,
+``>`` and ``&`` so no content (e.g. a message holding ``</script>``) can end that block, and the
+page's JS only ever writes it with ``textContent``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trace_train.report.loaders import Loaded, RunData, num
+
+GAP_KEEP_TAIL = 6
+
+
+@dataclass(frozen=True)
+class ViewerLimits:
+    """Bounds that keep the report small."""
+
+    max_per_policy: int = 200
+    max_messages: int = 60
+    max_chars: int = 1500
+    max_tool_chars: int = 800
+
+
+def clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f" … [{len(text) - limit:,} more characters]"
+
+
+def sample_indices(success: Sequence[bool], limit: int) -> list[int]:
+    """At most ``limit`` indices in file order, half failures and half successes where both exist."""
+    if len(success) <= limit:
+        return list(range(len(success)))
+    fails = [i for i, ok in enumerate(success) if not ok]
+    wins = [i for i, ok in enumerate(success) if ok]
+    n_fail = min(len(fails), max(limit // 2, limit - len(wins)))
+    return sorted(fails[:n_fail] + wins[: limit - n_fail])
+
+
+def _capabilities(row: dict[str, Any]) -> list[str]:
+    info = row.get("info") if isinstance(row.get("info"), dict) else {}
+    task = info.get("task") if isinstance(info.get("task"), dict) else {}
+    caps = task.get("required_capabilities", info.get("required_capabilities"))
+    if caps is None and isinstance(info.get("capability"), str):
+        caps = [info["capability"]]
+    return [str(c) for c in caps] if isinstance(caps, list) else []
+
+
+def _tool_calls(msg: dict[str, Any], limit: int) -> list[dict[str, str]]:
+    calls = []
+    for call in msg.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                pass
+        pretty = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False, default=str)
+        calls.append({"n": str(fn.get("name", "?")), "a": clip(pretty, limit)})
+    return calls
+
+
+def compact_messages(messages: list[Any], limits: ViewerLimits, systems: dict[str, int]) -> list[dict[str, Any]]:
+    """Messages as small dicts (role, clipped content, tool calls); system prompts deduplicated.
+
+    Beyond ``max_messages`` the head and the last few are kept around one "gap" marker.
+    """
+    msgs = [m for m in messages if isinstance(m, dict)]
+    omitted = 0
+    if len(msgs) > limits.max_messages:
+        tail = min(GAP_KEEP_TAIL, limits.max_messages // 2)
+        omitted = len(msgs) - limits.max_messages
+        msgs = msgs[: limits.max_messages - tail] + [None] + (msgs[-tail:] if tail else [])
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        if m is None:
+            out.append({"r": "gap", "c": f"… {omitted} messages omitted …"})
+            continue
+        role = str(m.get("role", "?"))
+        content = m.get("content")
+        content = "" if content is None else content if isinstance(content, str) else json.dumps(content, default=str)
+        if role == "system":
+            out.append({"r": role, "s": systems.setdefault(clip(content, 20 * limits.max_chars), len(systems))})
+            continue
+        entry: dict[str, Any] = {"r": role,
+                                 "c": clip(content, limits.max_tool_chars if role == "tool" else limits.max_chars)}
+        if role == "tool" and m.get("name"):
+            entry["n"] = str(m["name"])
+        calls = _tool_calls(m, limits.max_chars)
+        if calls:
+            entry["tc"] = calls
+        out.append(entry)
+    return out
+
+
+def majority_labels(label_runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """episode id -> capability -> the label most runs gave (NA and missing left out)."""
+    votes: dict[tuple[str, str], Counter[str]] = {}
+    for run in label_runs:
+        for cap, lists in (run.get("labels") or {}).items():
+            if not isinstance(lists, dict):
+                continue
+            for key, ids in lists.items():
+                label = key.split("_")[0].upper()
+                if label not in ("LACKING", "PRESENT", "NA") or not isinstance(ids, list):
+                    continue
+                for eid in ids:
+                    votes.setdefault((str(eid), cap), Counter())[label] += 1
+    out: dict[str, dict[str, str]] = {}
+    for (eid, cap), counter in votes.items():
+        label = counter.most_common(1)[0][0]
+        if label != "NA":
+            out.setdefault(eid, {})[cap] = label
+    return out
+
+
+def _source(name: str, loaded: Loaded, limits: ViewerLimits, systems: dict[str, int],
+            labels: dict[str, dict[str, str]]) -> dict[str, Any]:
+    rows = loaded.data or []
+    keep = sample_indices([bool(r.get("success")) for r in rows], limits.max_per_policy)
+    items = []
+    for i in keep:
+        row = rows[i]
+        eid = str(row.get("episode_id") or f"{row.get('env_id')}|{row.get('seed')}|{row.get('policy')}")
+        seed = row.get("seed")
+        item = {
+            "id": eid, "env": str(row.get("env_id", "?")), "seed": seed if isinstance(seed, (int, str)) else None,
+            "policy": str(row.get("policy", "?")), "reward": num(row.get("reward")),
+            "success": bool(row.get("success")), "end": str(row.get("termination", "?")),
+            "caps": _capabilities(row),
+            "msgs": compact_messages(row.get("messages") or [], limits, systems),
+        }
+        if eid in labels:
+            item["labels"] = labels[eid]
+        items.append(item)
+    total = loaded.total if loaded.total is not None else len(rows)
+    return {"name": name, "file": loaded.rel, "total": total, "success": sum(bool(r.get("success")) for r in rows),
+            "error": loaded.error, "items": items}
+
+
+def viewer_data(run: RunData, limits: ViewerLimits = ViewerLimits()) -> dict[str, Any]:
+    """The JSON document the viewer reads: sources (one per trajectory file) and deduplicated system prompts."""
+    systems: dict[str, int] = {}
+    labels = majority_labels(run.label_runs)
+    sources = [_source(name, loaded, limits, systems, labels if name == "target rollouts" else {})
+               for name, loaded in run.trajectories.items()]
+    return {"sources": sources, "systems": [text for text, _ in sorted(systems.items(), key=lambda kv: kv[1])]}
+
+
+def embed_json(obj: Any) -> str:
+    """JSON that is safe inside a ``<script type="application/json">`` element."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
