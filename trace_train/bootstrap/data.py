@@ -11,6 +11,7 @@ from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary
 from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
+from trace_train.model.chat_template import chat_template
 from trace_train.rollout.base import EpisodeRequest
 from trace_train.rollout.scripted import ScriptedRolloutBackend
 from trace_train.trajectory import TrajectoryRecord
@@ -46,7 +47,10 @@ def train_tokenizer(cfg: BootstrapConfig):
     records = expert_episodes(cfg, seeds)
     corpus = [render_chat(r.messages, r.info.get("tools") if cfg.render_tools else None,
                           add_generation_prompt=False) for r in records]
-    return build_tokenizer(corpus, domain_vocabulary(), vocab_size=cfg.vocab_size, seed=cfg.seed)
+    tokenizer = build_tokenizer(corpus, domain_vocabulary(), vocab_size=cfg.vocab_size, seed=cfg.seed)
+    # The tool-rendering style travels with the tokenizer, so rollouts render exactly what BC saw.
+    tokenizer.chat_template = chat_template("full" if cfg.render_tools else "none")
+    return tokenizer
 
 
 def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig) -> Example:

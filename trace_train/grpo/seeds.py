@@ -13,6 +13,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from trace_envs.splits import SPLITS
+
 # Domain tags keep the streams for env seeds, sampler seeds, env choice and shuffling independent.
 _TAG_ENV, _TAG_SAMPLE, _TAG_MIX, _TAG_SHUFFLE = 0, 1, 2, 3
 _MAX_SEED = 2**31 - 1
@@ -24,8 +26,12 @@ def _draw(*entropy: int) -> int:
 
 
 def env_seed(run_seed: int, iteration: int, group: int) -> int:
-    """The env seed shared by every member of group ``group`` in iteration ``iteration``."""
-    return _draw(run_seed, iteration, group, _TAG_ENV)
+    """The env seed shared by every member of group ``group`` in iteration ``iteration``.
+
+    Always inside the shared ``train`` split, so training never sees a held-out test seed.
+    """
+    train = SPLITS["train"]
+    return train.start + _draw(run_seed, iteration, group, _TAG_ENV) % len(train)
 
 
 def sample_seed(run_seed: int, iteration: int, group: int, member: int) -> int:

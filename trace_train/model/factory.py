@@ -1,0 +1,149 @@
+"""Build, save and load policies: tiny Qwen3 presets from a config, or any HF checkpoint.
+
+The presets follow ``reference/tiny-model-atomic-ids.md``: at a fixed CPU budget the fast 2-layer
+``tiny`` shape (hidden 128, 4/2 heads, tied embeddings, ~0.8 M parameters with a ~3 k vocab) copied
+atomic ids best. ``load_policy`` takes a local HF directory or, where a hub is reachable, a hub
+name such as ``Qwen/Qwen3-30B-A3B-Instruct-2507`` — the same code path either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    max_position_embeddings: int = 4096  # retail-sim episodes: ~2.1k tokens mean, 3.2k max
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+
+
+PRESETS: dict[str, ModelPreset] = {
+    "tiny": ModelPreset(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=384),
+    "small": ModelPreset(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                         intermediate_size=768),
+}
+
+
+class PolicyLoadError(RuntimeError):
+    """A policy could not be loaded (missing directory, unreachable hub, broken checkpoint)."""
+
+
+def model_config(preset: str | ModelPreset, tokenizer: PreTrainedTokenizerBase, **overrides: Any) -> Qwen3Config:
+    """A ``Qwen3Config`` for ``preset`` sized to ``tokenizer`` (vocab, eos, pad)."""
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise KeyError(f"unknown model preset {preset!r}; known: {sorted(PRESETS)}")
+        preset = PRESETS[preset]
+    fields = asdict(preset)
+    fields.update(overrides)
+    head_dim = fields["hidden_size"] // fields["num_attention_heads"]
+    return Qwen3Config(
+        vocab_size=len(tokenizer),
+        head_dim=head_dim,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        rms_norm_eps=1e-6,
+        use_cache=True,
+        **fields,
+    )
+
+
+def build_model(
+    preset: str | ModelPreset, tokenizer: PreTrainedTokenizerBase, seed: int = 0, **overrides: Any
+) -> Qwen3ForCausalLM:
+    """A freshly initialised ``Qwen3ForCausalLM``; weights depend only on ``seed`` (global RNG untouched)."""
+    config = model_config(preset, tokenizer, **overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.eval()
+    logger.info("built %s model: %.2fM parameters", preset if isinstance(preset, str) else "custom",
+                count_parameters(model) / 1e6)
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> Path:
+    """Save model and tokenizer together in Hugging Face format."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def load_policy(
+    name_or_path: str | Path,
+    device: str = "cpu",
+    dtype: torch.dtype | str = torch.float32,
+    local_files_only: bool | None = None,
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Load ``(model, tokenizer)`` from a local HF directory or a hub name.
+
+    A name that is not an existing directory is treated as a hub id; when the hub cannot be
+    reached (or ``local_files_only``) and it is not cached, raises ``PolicyLoadError``.
+    """
+    path = Path(name_or_path).expanduser()
+    is_local = path.is_dir()
+    if not is_local and (str(name_or_path).startswith((".", "/", "~")) or path.suffix):
+        raise PolicyLoadError(f"policy directory {str(name_or_path)!r} does not exist")
+    source = str(path) if is_local else str(name_or_path)
+    kwargs: dict[str, Any] = {}
+    if local_files_only is not None:
+        kwargs["local_files_only"] = local_files_only
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        where = "local directory" if is_local else "hub model (not a local directory; is the hub reachable?)"
+        raise PolicyLoadError(f"could not load policy {source!r} as a {where}: {exc}") from exc
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def policy_from_config(
+    cfg: Mapping[str, Any],
+    corpus: Iterable[str] | None = None,
+    atomic_tokens: Sequence[str] = (),
+    device: str = "cpu",
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """``(model, tokenizer)`` from a ``conf/model/*.yaml`` mapping.
+
+    With ``name_or_path`` set, the checkpoint is loaded (``load_policy``); otherwise a tokenizer is
+    trained on ``corpus`` + ``atomic_tokens`` and a fresh ``preset`` model is built.
+    """
+    from trace_train.model.tokenizer import build_tokenizer
+
+    dtype = getattr(torch, str(cfg.get("dtype") or "float32"))
+    if cfg.get("name_or_path"):
+        return load_policy(cfg["name_or_path"], device=device, dtype=dtype)
+    if corpus is None:
+        raise ValueError("building a policy from a preset needs a tokenizer corpus")
+    tok_cfg = dict(cfg.get("tokenizer") or {})
+    seed = int(cfg.get("seed", 0))
+    tokenizer = build_tokenizer(corpus, atomic_tokens, seed=seed, **tok_cfg)
+    model = build_model(cfg.get("preset") or "tiny", tokenizer, seed=seed).to(device=device, dtype=dtype)
+    return model, tokenizer

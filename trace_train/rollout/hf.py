@@ -1,0 +1,259 @@
+"""``hf`` rollout backend: local transformers model, many episodes advanced together.
+
+Every round, all live episodes (all members of all groups) are advanced by ONE batched generation
+(``hf_generate.generate_turn``). Token-in/token-out: each episode keeps its running id list; sampled
+completion ids are appended exactly as sampled (mask 1, sampler log-prob recorded), env observations
+are appended as chat-template deltas (mask 0) rendered by ``trace_train.model.rendering`` — the same
+code behaviour cloning uses. Earlier text is never re-tokenized.
+
+If a turn ends without ``<|im_end|>`` (token budget), an ``<|im_end|>`` is appended with mask 0 so
+the stream stays a well-formed chat. Each sampler draws from a ``torch.Generator`` seeded with the
+request's ``sample_seed``, so an episode does not depend on the batch it was played in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import gymnasium
+import torch
+
+from trace_envs.core.parsing import assistant_message, parse_assistant_text
+from trace_train.model.rendering import ChatRenderer
+from trace_train.rollout.base import EpisodeRequest, SamplingParams
+from trace_train.rollout.hf_generate import generate_turn
+from trace_train.rollout.sampling import make_generator
+from trace_train.trajectory import TrajectoryRecord
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Episode:
+    request: EpisodeRequest
+    env: Any
+    tools: list[dict[str, Any]] | None  # as rendered (None when render_tools is off)
+    reset_info: dict[str, Any]
+    messages: list[dict[str, Any]]
+    generator: torch.Generator
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[list[int]] = field(default_factory=list)  # [prompt_len, n_sampled] per turn
+    format_ok: list[bool] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    termination: str = ""
+    final_info: dict[str, Any] = field(default_factory=dict)
+
+    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([mask] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+def _json_safe(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def _is_peft(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+@contextmanager
+def adapter_scope(model: torch.nn.Module, adapter: str | None) -> Iterator[None]:
+    """Activate ``adapter`` on a peft model (``None``: adapters disabled) for the duration."""
+    if not _is_peft(model):
+        if adapter is not None:
+            raise ValueError(f"adapter {adapter!r} requested but the model is not a peft model")
+        yield
+        return
+    if adapter is None:
+        with model.disable_adapter():
+            yield
+        return
+    known = list(model.peft_config)
+    if adapter not in known:
+        raise ValueError(f"unknown adapter {adapter!r}; the model has {known}")
+    previous = model.active_adapter
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)
+
+
+class HFRolloutBackend:
+    """Local transformers rollout backend (see module docstring)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        env_factory: Callable[..., Any] = gymnasium.make,
+        threads: int = 1,
+        device: str = "cpu",
+        max_turns: int | None = None,
+        max_context: int | None = None,
+        max_batch: int | None = None,
+        policy_name: str = "hf",
+        render_tools: bool = True,
+    ) -> None:
+        first = next(model.parameters(), None)
+        if first is not None and first.device != torch.device(device):
+            model = model.to(device)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.renderer = ChatRenderer(tokenizer)
+        self.env_factory = env_factory
+        self.threads = threads
+        self.device = device
+        self.max_turns = max_turns
+        config = getattr(model, "config", None)
+        self.max_context = max_context or getattr(config, "max_position_embeddings", None) or 2048
+        self.max_batch = max_batch
+        self.policy_name = policy_name
+        self.render_tools = render_tools  # False: tool schemas stay out of the prompt (as in bootstrap BC data)
+        self.end_id = self.renderer.end_id
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        gen_eos = gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else []
+        self.stop_ids = {self.end_id, *gen_eos}
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.end_id
+
+    # -- public ---------------------------------------------------------------------------------
+    def rollout(
+        self, requests: Sequence[EpisodeRequest], sampling: SamplingParams, adapter: str | None = None
+    ) -> list[TrajectoryRecord]:
+        """Play every request to the end with one batched generation per round."""
+        if sampling.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+        prev_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        was_training = self.model.training
+        self.model.eval()
+        episodes: list[_Episode] = []
+        try:
+            with adapter_scope(self.model, adapter):
+                episodes = [self._start(req) for req in requests]
+                while True:
+                    live = [ep for ep in episodes if not ep.done]
+                    if not live:
+                        break
+                    chunk = self.max_batch or len(live)
+                    for start in range(0, len(live), chunk):
+                        self._advance(live[start:start + chunk], sampling)
+        finally:
+            torch.set_num_threads(prev_threads)
+            self.model.train(was_training)
+            for ep in episodes:
+                close = getattr(ep.env, "close", None)
+                if close is not None:
+                    close()
+        policy = self.policy_name if adapter is None else f"{self.policy_name}:{adapter}"
+        return [self._record(ep, policy) for ep in episodes]
+
+    # -- internals ------------------------------------------------------------------------------
+    def _start(self, req: EpisodeRequest) -> _Episode:
+        env = self.env_factory(req.env_id, **req.env_kwargs)
+        obs, info = env.reset(seed=req.seed)
+        tools = (info.get("tools") or None) if self.render_tools else None
+        messages = list(obs)
+        system = info.get("system_prompt")
+        if system and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": system})
+        ep = _Episode(request=req, env=env, tools=tools, reset_info=dict(info), messages=messages,
+                      generator=make_generator(req.sample_seed))
+        ep.append(self.renderer.prompt_ids(messages, tools), 0)
+        self._check_context(ep)
+        return ep
+
+    def _check_context(self, ep: _Episode) -> None:
+        if not ep.done and len(ep.ids) >= self.max_context - 1:
+            ep.done, ep.termination = True, "context_limit"
+
+    def _advance(self, live: list[_Episode], sampling: SamplingParams) -> None:
+        budgets = [min(sampling.max_new_tokens, self.max_context - 1 - len(ep.ids)) for ep in live]
+        outs = generate_turn(self.model, [ep.ids for ep in live], budgets, sampling,
+                             [ep.generator for ep in live], self.stop_ids, self.pad_id, self.device)
+        for ep, out in zip(live, outs):
+            ep.turns.append([len(ep.ids), len(out.ids)])
+            ep.append(out.ids, 1, out.logprobs)
+            text_ids = out.ids[:-1] if out.ids and out.ids[-1] == self.end_id else out.ids
+            if not out.ids or out.ids[-1] != self.end_id:
+                ep.append([self.end_id], 0)
+            self._env_step(ep, self.renderer.decode(text_ids))
+
+    def _env_step(self, ep: _Episode, text: str) -> None:
+        parsed = parse_assistant_text(text)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if "<tool_call>" in text and parsed.tool_calls:
+            message["tool_calls"] = assistant_message(parsed)["tool_calls"]
+        ep.messages.append(message)
+        obs, reward, terminated, truncated, info = ep.env.step(text)
+        obs = list(obs)
+        ep.reward += float(reward)
+        ep.format_ok.append(bool(info.get("format_ok", parsed.format_ok)))
+        self._sync_call_ids(message, obs)
+        if terminated or truncated:
+            ep.messages.extend(obs)
+            ep.done = True
+            ep.termination = str(info.get("termination") or ("terminated" if terminated else "truncated"))
+            ep.final_info = dict(info)
+            return
+        # The stream always ends at the last assistant <|im_end|>: a final observation is kept in
+        # ``messages`` but not encoded (it would carry no loss).
+        if self.max_turns is not None and len(ep.turns) >= self.max_turns:
+            ep.done, ep.termination = True, "max_turns"
+        else:
+            delta = self.renderer.observation_delta_ids(ep.messages, obs, ep.tools)
+            if len(ep.ids) + len(delta) >= self.max_context - 1:
+                ep.done, ep.termination = True, "context_limit"
+            else:
+                ep.append(delta, 0)
+        ep.messages.extend(obs)
+
+    @staticmethod
+    def _sync_call_ids(message: dict[str, Any], obs: list[dict[str, Any]]) -> None:
+        used: set[int] = set()
+        for call in message.get("tool_calls", []):
+            for k, m in enumerate(obs):
+                if k not in used and m.get("role") == "tool" and m.get("name") == call["function"]["name"]:
+                    used.add(k)
+                    call["id"] = m.get("tool_call_id", call.get("id", ""))
+                    break
+
+    def _record(self, ep: _Episode, policy: str) -> TrajectoryRecord:
+        info = ep.final_info
+        fvf = info.get("format_valid_fraction")
+        if fvf is None:
+            fvf = sum(ep.format_ok) / len(ep.format_ok) if ep.format_ok else 0.0
+        extra = {k: v for k, v in info.items() if k not in {"reward", "reward_breakdown", "success", "termination"}}
+        return TrajectoryRecord(
+            env_id=ep.request.env_id,
+            seed=ep.request.seed,
+            messages=ep.messages,
+            reward=ep.reward,
+            success=bool(info.get("success", False)),
+            termination=ep.termination,
+            policy=policy,
+            reward_breakdown={k: float(v) for k, v in (info.get("reward_breakdown") or {}).items()},
+            info={
+                **_json_safe(extra),  # the env's final info (same keys as the scripted backend records)
+                "task": _json_safe(ep.reset_info.get("task")),
+                "tools": ep.reset_info.get("tools"),
+                "format_valid_fraction": float(fvf),
+                "turn_spans": ep.turns,
+                "generated_tokens": int(sum(n for _, n in ep.turns)),
+                "sample_seed": ep.request.sample_seed,
+                "group": ep.request.group,
+            },
+            token_ids=ep.ids,
+            loss_mask=ep.mask,
+            logprobs=ep.logprobs,
+            episode_id=f"{ep.request.env_id}|{ep.request.seed}|{policy}|{ep.request.sample_seed}",
+        )
