@@ -1,7 +1,8 @@
 """Policy specs -> rollout backends: the one place that turns a config's ``policy`` into something that plays.
 
 Kinds: ``oracle`` and ``expert`` (scripted, retail-sim-style annotation required), ``hf`` (a local HF model,
-optionally with a peft adapter). The OpenAI-compatible backend and the composed MoE model plug in here too.
+optionally with a peft adapter directory in ``adapter``) and ``composed`` (the base in ``model`` with a saved
+MoE composition directory in ``adapter``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from trace_train.rollout.base import RolloutBackend, SamplingParams
 
-KINDS = ("oracle", "expert", "hf")
+KINDS = ("oracle", "expert", "hf", "composed")
 
 
 @dataclass
@@ -38,8 +39,10 @@ class PolicySpec:
         spec = cls(**data)
         if spec.kind not in KINDS:
             raise ValueError(f"unknown policy kind {spec.kind!r}; choose one of {KINDS}")
-        if spec.kind == "hf" and not spec.model:
-            raise ValueError("an hf policy needs model=<local HF directory or hub name>")
+        if spec.kind in ("hf", "composed") and not spec.model:
+            raise ValueError(f"a {spec.kind} policy needs model=<local HF directory or hub name>")
+        if spec.kind == "composed" and not spec.adapter:
+            raise ValueError("a composed policy needs adapter=<directory written by trace-rl compose>")
         spec.name = spec.name or (Path(spec.adapter).name if spec.adapter else spec.kind)
         return spec
 
@@ -62,7 +65,11 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
 
     model, tokenizer = load_policy(spec.model)
     adapter = None
-    if spec.adapter:
+    if spec.kind == "composed":
+        from trace_moe import ComposedModel
+
+        model = ComposedModel.load(spec.adapter, model=model).model  # gated projections installed in place
+    elif spec.adapter:
         from trace_train.grpo.lora import load_adapter
 
         adapter = spec.name

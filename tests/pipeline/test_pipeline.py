@@ -1,0 +1,78 @@
+"""The pipeline end to end on a tiny budget: every stage runs, a rerun skips them all, force redoes one."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trace_train.model import build_model, save_policy
+from trace_train.model.chat_template import chat_template
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    """An untrained tiny policy with the retail-sim tokenizer (tools not rendered, as in the quick preset)."""
+    from trace_train.bootstrap.config import BootstrapConfig
+    from trace_train.bootstrap.data import train_tokenizer
+
+    tokenizer = train_tokenizer(BootstrapConfig(tokenizer_episodes=60))
+    assert tokenizer.chat_template == chat_template("none")
+    model = build_model("tiny", tokenizer, seed=0)
+    return save_policy(model, tokenizer, tmp_path_factory.mktemp("policy") / "tiny")
+
+
+def _pipeline(run_dir: Path, policy: Path, *extra: str):
+    args = [
+        sys.executable, "-m", "trace_train.cli", "pipeline", f"pipeline.run_dir={run_dir}",
+        f"pipeline.base_model={policy}",
+        "pipeline.capabilities=[precondition_verification,multi_step_task_completion]",
+        "pipeline.rollouts.episodes=6", "pipeline.rollouts.batch_episodes=6",
+        "pipeline.train.iterations=1", "pipeline.train.groups_per_iter=2", "pipeline.train.group_size=2",
+        "pipeline.eval.episodes=3", "pipeline.eval.curve_episodes=2", "pipeline.policy.max_new_tokens=24",
+        "analysis.n_runs=3", "analysis.k=2", "synthesis.n_seeds=6", "synthesis.group_size=4",
+        "grpo.progress=false", *extra,
+    ]
+    return subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=run_dir.parent)
+
+
+@pytest.mark.slow
+def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
+    run_dir = tmp_path / "run"
+    out = _pipeline(run_dir, tiny_policy)
+    assert out.returncode == 0, out.stderr[-3000:]
+    state = json.loads((run_dir / "pipeline.json").read_text())
+    stages = state["stages"]
+    for name in ("bootstrap", "rollouts", "analysis", "synthesis", "train/precondition_verification",
+                 "train/multi_step_task_completion", "baselines/grpo_target", "eval", "report"):
+        assert stages[name]["status"] == "done", name
+    assert stages["bootstrap"]["outputs"]["source"] == "given"
+    assert (run_dir / "rollouts" / "trajectories.jsonl").exists()
+    assert (run_dir / "analysis" / "selected_capabilities.json").exists()
+    manifest = json.loads((run_dir / "synthesis" / "manifest.json").read_text())
+    assert {e["capability"] for e in manifest["envs"]} == {"precondition_verification", "multi_step_task_completion"}
+    evaluation = json.loads((run_dir / "eval" / "eval.json").read_text())
+    assert {"base", "precondition_verification", "multi_step_task_completion", "grpo_target"} <= set(
+        evaluation["policies"])
+    assert evaluation["policies"]["base"]["overall"]["n"] == 3
+    curves = json.loads((run_dir / "eval" / "sample_efficiency.json").read_text())["curves"]
+    assert "TRACE" in curves and len(curves["GRPO on target"]) == 2
+    assert (run_dir / "report.html").stat().st_size > 10_000
+    # A rerun with the same config skips every stage but the report.
+    again = _pipeline(run_dir, tiny_policy)
+    assert again.returncode == 0, again.stderr[-3000:]
+    state = json.loads((run_dir / "pipeline.json").read_text())
+    assert all(s["last_action"] == "skipped" for n, s in state["stages"].items() if n != "report")
+    # force=eval redoes the evaluation only.
+    forced = _pipeline(run_dir, tiny_policy, "pipeline.force=[eval]")
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    state = json.loads((run_dir / "pipeline.json").read_text())
+    assert state["stages"]["eval"]["last_action"] == "ran"
+    assert state["stages"]["rollouts"]["last_action"] == "skipped"
+
+
+def test_bad_pipeline_config_fails_fast(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trace_train.cli", "pipeline", f"pipeline.run_dir={tmp_path}",
+                          "pipeline.baselines=[nonsense]"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "unknown baselines" in out.stdout + out.stderr

@@ -1,0 +1,158 @@
+"""The TRACE stages as functions over one run directory (each called through ``StageRunner``).
+
+Every stage reads what earlier stages wrote and writes into its own folder; GRPO stages resume from
+their checkpoints, so an interrupted run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from trace_train.pipeline.config import PipelineConfig
+from trace_train.policies import PolicySpec
+from trace_train.trajectory import TrajectoryRecord, read_trajectories, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path, repo_root: Path) -> dict[str, Any]:
+    """The base policy: ``base_model`` if given, else the shipped checkpoint when its config hash matches
+    the bootstrap config, else a fresh (cached, resumable) bootstrap into the run directory."""
+    if cfg.base_model:
+        return {"model": str(Path(cfg.base_model).resolve()), "source": "given"}
+    wanted = bootstrap_cfg.content_hash()
+    shipped = (repo_root / cfg.shipped_checkpoint).resolve()
+    meta = shipped / "bootstrap.json"
+    if meta.exists() and json.loads(meta.read_text()).get("config_hash") == wanted:
+        logger.info("using the shipped base checkpoint %s (config hash %s)", shipped, wanted)
+        return {"model": str(shipped), "source": "shipped", "config_hash": wanted}
+    from trace_train.bootstrap.trainer import Bootstrapper
+
+    runner = Bootstrapper(bootstrap_cfg, stage_dir)
+    summary = runner.run()
+    return {"model": str(runner.model_dir.resolve()), "source": "bootstrapped", "config_hash": wanted,
+            "probe": summary.get("probe")}
+
+
+def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str | None = None,
+              kind: str = "hf") -> PolicySpec:
+    p = cfg.policy
+    return PolicySpec(kind=kind, name=name, model=model, adapter=adapter, render_tools=p.render_tools,
+                      temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, threads=p.threads)
+
+
+def play(spec: PolicySpec, env_id: str, split: str, episodes: int, offset: int = 0, trials: int = 1,
+         batch: int = 32) -> list[TrajectoryRecord]:
+    from trace_train.commands.rollout import rollout_requests, run_rollouts
+    from trace_train.policies import build_backend
+
+    backend, adapter = build_backend(spec)
+    requests = rollout_requests(env_id, {}, split, episodes, offset, trials)
+    return run_rollouts(backend, requests, spec.sampling, adapter, batch, label=f"{spec.name:>16}")
+
+
+def grpo_run(cfg: PipelineConfig, grpo_cfg: Any, model_dir: str, env: str | dict[str, float], adapter: str,
+             out_dir: Path, iterations: int, mode: str = "grpo") -> dict[str, Any]:
+    """Train one adapter (resuming from ``out_dir``'s checkpoint); returns its final and versioned dirs."""
+    from trace_train.grpo import GRPOTrainer
+    from trace_train.grpo.lora import versioned_dir
+    from trace_train.model import load_policy
+    from trace_train.rollout.hf import HFRolloutBackend
+
+    t, p = cfg.train, cfg.policy
+    gcfg = replace(grpo_cfg, iterations=iterations, groups_per_iter=t.groups_per_iter,
+                   group_size=t.group_size if mode == "grpo" else max(1, t.group_size),
+                   checkpoint_every=t.checkpoint_every, temperature=p.temperature, top_p=p.top_p,
+                   max_new_tokens=p.max_new_tokens, threads=p.threads, mode=mode, progress=True)
+    model, tokenizer = load_policy(model_dir)
+    trainer = GRPOTrainer(
+        model, lambda peft_model: HFRolloutBackend(peft_model, tokenizer, threads=p.threads,
+                                                   render_tools=p.render_tools, policy_name=adapter),
+        gcfg, env=env, adapter=adapter, output_dir=out_dir, resume=True,
+        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+    )
+    trainer.train()
+    versions = [
+        {"iteration": it, "rollouts": it * gcfg.groups_per_iter * gcfg.group_size,
+         "dir": str(versioned_dir(out_dir, adapter, it))}
+        for it in range(gcfg.checkpoint_every, iterations + 1, gcfg.checkpoint_every)
+        if versioned_dir(out_dir, adapter, it).exists()
+    ]
+    return {"adapter": adapter, "adapter_dir": versions[-1]["dir"], "versions": versions,
+            "rollouts": iterations * gcfg.groups_per_iter * gcfg.group_size, "env": env}
+
+
+def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int):
+    """Successful capability-env rollouts (with token ids) from the GRPO runs, labelled with their slot."""
+    from trace_moe import GateExample
+
+    examples = []
+    for capability, out in train_outputs.items():
+        files = sorted((Path(out["adapter_dir"]).parents[2] / "rollouts").glob("iter_*.jsonl"), reverse=True)
+        taken = 0
+        for path in files:
+            for record in read_trajectories(path):
+                if taken >= max_per_capability:
+                    break
+                if record.success and record.token_ids and record.loss_mask:
+                    examples.append(GateExample(record.token_ids, record.loss_mask,
+                                                slot_names.index(capability), record.episode_id))
+                    taken += 1
+        logger.info("gate data: %d successful episodes for %s", taken, capability)
+    return examples
+
+
+def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
+                     out_dir: Path) -> dict[str, Any]:
+    import numpy as np
+
+    from trace_moe import ComposedModel, GateConfig, GateTrainConfig, routing_report, train_gates
+
+    names = list(train_outputs)
+    composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
+                                             GateConfig(top_k=cfg.compose.top_k), adapter_names=names)
+    examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability)
+    if not examples:
+        return {"skipped": "no successful capability-env rollouts to train the gates on"}
+    order = np.random.default_rng(0).permutation(len(examples))
+    n_held = max(1, len(examples) // 10)
+    held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
+    c = cfg.compose
+    metrics = train_gates(composed, train or held, GateTrainConfig(lr=c.lr, epochs=c.epochs, lb_coef=c.lb_weight,
+                                                                   label_coef=c.label_weight))
+    report = routing_report(composed, held)
+    composed.save(out_dir / "composed")
+    write_json_atomic(out_dir / "routing_report.json", report.to_dict())
+    write_json_atomic(out_dir / "compose_metrics.json", {"train": metrics.to_dict(), "examples": len(train),
+                                                         "held_out": len(held)})
+    return {"composed_dir": str(out_dir / "composed"), "routing_accuracy": report.to_dict().get("accuracy")}
+
+
+def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, trace_summary: dict[str, Any],
+                      baseline_outputs: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, Any]:
+    """Held-out success vs training rollouts: GRPO-on-target checkpoints vs TRACE's final composed point."""
+    from trace_train.evaluation import summarize
+
+    curves: dict[str, list[list[float]]] = {}
+    overall = trace_summary["overall"]
+    curves["TRACE"] = [[float(trace_rollouts), overall["rate"], overall["low"], overall["high"]]]
+    target = baseline_outputs.get("grpo_target")
+    if target:
+        e = cfg.eval
+        points = []
+        for version in target["versions"]:
+            spec = base_spec(cfg, model_dir, name=f"grpo_target@{version['iteration']}", adapter=version["dir"])
+            s = summarize(play(spec, cfg.target_env, e.split, e.curve_episodes, batch=e.batch_episodes)).overall
+            points.append([float(version["rollouts"]), s.rate, *s.interval])
+        curves["GRPO on target"] = points
+    doc = {"curves": curves}
+    write_json_atomic(out_dir / "sample_efficiency.json", doc)
+    return doc
+
+
+def to_jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj, default=str))
