@@ -55,14 +55,21 @@ def test_same_seed_same_episode(env):
 
 
 def test_check_env_every_registered_id():
+    """Every deterministic id; ids with an LLM user (nondeterministic) need an endpoint and are checked
+    with their scripted user in their own tests (tests/tau2)."""
+    checked = 0
     for env_id in trace_envs.trace_env_ids():
+        if gym.spec(env_id).nondeterministic:
+            continue
         try:
             env = gym.make(env_id)
-        except ImportError as exc:  # an optional extra (tau2, swebench) that is not installed
-            pytest.skip(f"{env_id}: {exc}")
+        except ImportError:  # an optional extra (tau2, swebench) that is not installed
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             check_env(env.unwrapped)
+        checked += 1
+    assert checked >= 5  # at least retail-sim and the four families (the core, no extras needed)
 
 
 def test_reset_info_carries_tools_and_policy(env):

@@ -16,12 +16,12 @@ from trace_envs.retail_sim.experts import ExpertKnobs, ScriptedExpert
 from trace_envs.retail_sim.policy import POLICY
 from trace_envs.retail_sim.pools import PRODUCTS
 from trace_envs.retail_sim.scenario import (
-    _REASON_PHRASES,
+    REASON_PHRASES,
     Intent,
     Scenario,
-    _address,
-    _gold_action,
-    _WorldBuilder,
+    WorldBuilder,
+    address_change_intent,
+    gold_action,
     required_capabilities,
 )
 from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
@@ -34,7 +34,7 @@ _OWNERSHIP_WORDS = ("not your", "another", "belong", "someone else", "other cust
 
 @dataclass
 class RetailWorld:
-    builder: _WorldBuilder
+    builder: WorldBuilder
     identify_by: str
 
 
@@ -50,7 +50,7 @@ class RetailSimDomain(Domain):
 
     # -- world, tools, verification --------------------------------------------------------------
     def new_world(self, rng: np.random.Generator) -> RetailWorld:
-        builder = _WorldBuilder(rng)
+        builder = WorldBuilder(rng)
         world = RetailWorld(builder, "email" if rng.random() < 0.7 else "name_zip")
         if rng.random() < 0.5:  # a filler order, as in retail-sim
             builder.own_order(_pick(rng, ("pending", "delivered", "cancelled")))
@@ -88,7 +88,7 @@ class RetailSimDomain(Domain):
 
     def _request(self, world: RetailWorld, intent: Intent, case: str = "allow",
                  reason_words: tuple[str, ...] = (), **details: Any) -> Request:
-        gold = _gold_action(intent, world.builder)
+        gold = gold_action(intent, world.builder)
         communicate = [intent.answer] if intent.kind == "question" else ([] if intent.eligible else [intent.order_id])
         return Request(kind=intent.kind, entity_id=intent.order_id, utterance=intent.utterance,
                        gold_actions=[gold] if gold else [], communicate=communicate, case=case,
@@ -101,7 +101,7 @@ class RetailSimDomain(Domain):
         intent.item_id, intent.product, intent.product_id = item["item_id"], item["name"], item["product_id"]
         if kind == "cancel":
             intent.reason = reason
-            intent.utterance = f"Please cancel my order {intent.order_id}, {_REASON_PHRASES[reason]}."
+            intent.utterance = f"Please cancel my order {intent.order_id}, {REASON_PHRASES[reason]}."
         else:
             intent.refund_to_gift_card = gift_card
             if gift_card:
@@ -133,14 +133,7 @@ class RetailSimDomain(Domain):
     def exact_request(self, world: RetailWorld, rng: np.random.Generator, kind: str) -> Request:
         b = world.builder
         if kind == "modify_address":
-            order = b.own_order("pending")
-            address = _address(rng, b.p)
-            while address == order["address"]:
-                address = _address(rng, b.p)
-            intent = Intent(kind, order["order_id"], address=address)
-            intent.utterance = (f"Please ship order {order['order_id']} to {address['address1']}, "
-                                f"{address['address2']}, {address['city']}, {address['state']}, {address['zip']}.")
-            return self._request(world, intent)
+            return self._request(world, address_change_intent(b, rng))
         if kind not in _GOOD_STATUS:
             raise ValueError(f"retail-sim exact kinds are {self.kinds('exact')}, got {kind!r}")
         intent = self._write_request(world, rng, kind, b.own_order(_GOOD_STATUS[kind]), Intent(kind, ""),
@@ -150,8 +143,8 @@ class RetailSimDomain(Domain):
     def apply_correction(self, world: RetailWorld, rng: np.random.Generator, request: Request) -> str:
         intent: Intent = request.native
         if intent.kind == "cancel":
-            first = f"Please cancel my order {intent.order_id}, {_REASON_PHRASES['no longer needed']}."
-            fix = f"Sorry, to be precise: {_REASON_PHRASES[intent.reason]}."
+            first = f"Please cancel my order {intent.order_id}, {REASON_PHRASES['no longer needed']}."
+            fix = f"Sorry, to be precise: {REASON_PHRASES[intent.reason]}."
         elif intent.kind == "return":
             first = f"I want to return the {intent.product} from order {intent.order_id}."
             fix = "Actually, please put the refund on my gift card."

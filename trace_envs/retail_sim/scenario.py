@@ -84,7 +84,7 @@ class Scenario:
         }
 
 
-def _address(rng: np.random.Generator, p: Pools, zip_code: str | None = None) -> dict[str, str]:
+def random_address(rng: np.random.Generator, p: Pools, zip_code: str | None = None) -> dict[str, str]:
     city, state = CITIES[int(rng.integers(len(CITIES)))]
     return {
         "address1": p.address_lines[int(rng.integers(len(p.address_lines)))],
@@ -94,7 +94,7 @@ def _address(rng: np.random.Generator, p: Pools, zip_code: str | None = None) ->
     }
 
 
-class _WorldBuilder:
+class WorldBuilder:
     """Builds one world's DB while intents are being drawn."""
 
     def __init__(self, rng: np.random.Generator):
@@ -137,7 +137,7 @@ class _WorldBuilder:
             "user_id": identity.user_id,
             "name": {"first_name": identity.first_name, "last_name": identity.last_name},
             "email": identity.email,
-            "address": _address(self.rng, self.p, identity.zip),
+            "address": random_address(self.rng, self.p, identity.zip),
             "payment_methods": methods,
             "orders": [],
         }
@@ -190,10 +190,22 @@ class _WorldBuilder:
         return self._choices[key]
 
 
-_REASON_PHRASES = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
+REASON_PHRASES = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
 
 
-def _draw_intent(b: _WorldBuilder, kind: str) -> Intent:
+def address_change_intent(b: WorldBuilder, rng: np.random.Generator) -> Intent:
+    """Ship a pending order of the user to a new address (every field must be copied exactly)."""
+    order = b.own_order("pending")
+    address = random_address(rng, b.p)
+    while address == order["address"]:
+        address = random_address(rng, b.p)
+    intent = Intent("modify_address", order["order_id"], address=address)
+    intent.utterance = (f"Please ship order {order['order_id']} to {address['address1']}, "
+                        f"{address['address2']}, {address['city']}, {address['state']}, {address['zip']}.")
+    return intent
+
+
+def _draw_intent(b: WorldBuilder, kind: str) -> Intent:
     rng = b.rng
     if kind in ("cancel", "return"):
         good_status = "pending" if kind == "cancel" else "delivered"
@@ -212,7 +224,7 @@ def _draw_intent(b: _WorldBuilder, kind: str) -> Intent:
         intent.item_id, intent.product, intent.product_id = item["item_id"], item["name"], item["product_id"]
         if kind == "cancel":
             intent.reason = ("no longer needed", "ordered by mistake")[int(rng.integers(2))]
-            intent.utterance = f"Please cancel my order {intent.order_id}, {_REASON_PHRASES[intent.reason]}."
+            intent.utterance = f"Please cancel my order {intent.order_id}, {REASON_PHRASES[intent.reason]}."
         else:
             intent.refund_to_gift_card = bool(intent.eligible and rng.random() < 0.5)
             if intent.refund_to_gift_card:
@@ -232,14 +244,7 @@ def _draw_intent(b: _WorldBuilder, kind: str) -> Intent:
                             f"for a {color} one that costs at most {bound} dollars.")
         return intent
     if kind == "modify_address":
-        order = b.own_order("pending")
-        address = _address(rng, b.p)
-        while address == order["address"]:
-            address = _address(rng, b.p)
-        intent = Intent(kind, order["order_id"], address=address)
-        intent.utterance = (f"Please ship order {order['order_id']} to {address['address1']}, "
-                            f"{address['address2']}, {address['city']}, {address['state']}, {address['zip']}.")
-        return intent
+        return address_change_intent(b, rng)
     if kind == "question":
         statuses = ("pending", "delivered", "processed")
         order = b.own_order(statuses[int(rng.integers(3))], n_items=int(rng.integers(2, 4)))
@@ -250,7 +255,7 @@ def _draw_intent(b: _WorldBuilder, kind: str) -> Intent:
     raise ValueError(f"unknown intent kind {kind!r}")
 
 
-def _gold_action(intent: Intent, b: _WorldBuilder) -> tuple[str, dict[str, Any]] | None:
+def gold_action(intent: Intent, b: WorldBuilder) -> tuple[str, dict[str, Any]] | None:
     if not intent.eligible:
         return None
     if intent.kind == "cancel":
@@ -290,14 +295,14 @@ def required_capabilities(intents: list[Intent]) -> list[str]:
 def generate_scenario(rng: np.random.Generator, seed: int | None = None, n_intents: int | None = None,
                       kinds: list[str] | None = None) -> Scenario:
     """Draw one task from ``rng`` (the env's ``np_random``)."""
-    b = _WorldBuilder(rng)
+    b = WorldBuilder(rng)
     n = n_intents or int(rng.choice(len(_N_INTENT_PROBS), p=_N_INTENT_PROBS)) + 1
     chosen = kinds or [INTENT_KINDS[int(rng.choice(len(INTENT_KINDS), p=_KIND_PROBS))] for _ in range(n)]
     intents = [_draw_intent(b, kind) for kind in chosen]
     # A filler order so the user's order list is not just the task's orders.
     if rng.random() < 0.5:
         b.own_order(("pending", "delivered", "cancelled")[int(rng.integers(3))])
-    gold = [a for a in (_gold_action(i, b) for i in intents) if a is not None]
+    gold = [a for a in (gold_action(i, b) for i in intents) if a is not None]
     communicate = [i.answer if i.kind == "question" else i.order_id for i in intents
                    if i.kind == "question" or not i.eligible]
     return Scenario(
