@@ -1,0 +1,154 @@
+"""Users for the τ² envs: an LLM user over any OpenAI-compatible endpoint, and a scripted user.
+
+The LLM user gets tau2's own system prompt (its simulation guidelines followed by the task's
+``<scenario>``) and a role-flipped history: the agent's texts are ``user`` turns, its own replies
+``assistant`` turns; the agent's tool calls and results are not shown (as in tau2). HTTP is plain
+``urllib`` so no client library is needed.
+
+The scripted user (tests, gold replay) says the scenario's reason for call and known info, answers
+"yes" to confirmations and stops with ``###STOP###`` when the agent's turn asks nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trace_envs.core.tool_env import UserReply
+
+logger = logging.getLogger(__name__)
+
+STOP = "###STOP###"
+TRANSFER = "###TRANSFER###"
+OUT_OF_SCOPE = "###OUT-OF-SCOPE###"
+STOP_TOKENS = (STOP, TRANSFER, OUT_OF_SCOPE)
+GREETING = "Hi! How can I help you today?"  # tau2's DEFAULT_FIRST_AGENT_MESSAGE (checked in tests)
+
+
+def is_stop(text: str) -> bool:
+    """tau2's ``UserSimulator.is_stop``: any of the three stop tokens."""
+    return any(token in text for token in STOP_TOKENS)
+
+
+class Tau2User(Protocol):
+    def opening(self, greeting: str) -> str: ...
+
+    def reply(self, assistant_text: str) -> UserReply: ...
+
+
+@dataclass
+class UserConfig:
+    """An OpenAI-compatible chat endpoint for the LLM user."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "user-model"
+    temperature: float = 0.0
+    seed: int | None = None
+    api_key: str = "EMPTY"
+    timeout_s: float = 120.0
+    max_tokens: int | None = None
+
+    @classmethod
+    def from_any(cls, value: "UserConfig | dict[str, Any] | None") -> "UserConfig":
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        return cls(**{k: v for k, v in dict(value).items() if k in cls.__dataclass_fields__})
+
+
+def _scenario_field(task: Any, name: str) -> str:
+    instructions = getattr(task.user_scenario, "instructions", None)
+    value = getattr(instructions, name, None)
+    return str(value).strip() if value else ""
+
+
+def user_system_prompt(task: Any) -> str:
+    """tau2's user-simulator system prompt for ``task`` (guidelines + ``<scenario>``)."""
+    from tau2.user.user_simulator import UserSimulator
+
+    return UserSimulator(instructions=task.user_scenario, llm="unused").system_prompt
+
+
+class LLMUser:
+    """tau2-style LLM user through an OpenAI-compatible ``/chat/completions`` endpoint."""
+
+    def __init__(self, task: Any, config: UserConfig, episode_seed: int | None = None):
+        self.config = config
+        self.seed = config.seed if config.seed is not None else episode_seed
+        self.messages: list[dict[str, str]] = [{"role": "system", "content": user_system_prompt(task)}]
+
+    def _complete(self) -> str:
+        body: dict[str, Any] = {
+            "model": self.config.model, "messages": self.messages, "temperature": self.config.temperature,
+        }
+        if self.seed is not None:
+            body["seed"] = int(self.seed)
+        if self.config.max_tokens:
+            body["max_tokens"] = self.config.max_tokens
+        request = urllib.request.Request(
+            self.config.base_url.rstrip("/") + "/chat/completions",
+            data=json.dumps(body).encode("utf-8"),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.config.api_key}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
+                payload = json.loads(response.read().decode("utf-8"))
+        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+            raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} failed: {exc}") from exc
+        try:
+            text = payload["choices"][0]["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError) as exc:
+            raise RuntimeError(f"τ² LLM user endpoint returned an unexpected body: {payload!r:.300}") from exc
+        if not text.strip():
+            raise RuntimeError("τ² LLM user endpoint returned an empty message")
+        self.messages.append({"role": "assistant", "content": text})
+        return text
+
+    def opening(self, greeting: str) -> str:
+        self.messages.append({"role": "user", "content": greeting})
+        return self._complete()
+
+    def reply(self, assistant_text: str) -> UserReply:
+        self.messages.append({"role": "user", "content": assistant_text})
+        text = self._complete()
+        return UserReply(text, stop=is_stop(text))
+
+
+_CONFIRM_WORDS = ("confirm", "proceed", "shall i", "should i", "would you like", "do you want", "go ahead", "(yes")
+MAX_IDLE_REPLIES = 2
+
+
+class ScriptedUser:
+    """Deterministic user: states the scenario, says yes to confirmations, stops when not asked."""
+
+    def __init__(self, task: Any):
+        self.reason = _scenario_field(task, "reason_for_call")
+        self.known = _scenario_field(task, "known_info")
+        self.idle = 0
+
+    def opening(self, greeting: str) -> str:
+        return " ".join(part for part in ("Hi!", self.reason, self.known) if part)
+
+    def reply(self, assistant_text: str) -> UserReply:
+        text = assistant_text.lower()
+        if "?" not in text:
+            return UserReply(STOP, stop=True)
+        if any(word in text for word in _CONFIRM_WORDS):
+            return UserReply("yes")
+        self.idle += 1
+        if self.idle > MAX_IDLE_REPLIES:
+            return UserReply(STOP, stop=True)
+        return UserReply(self.known or "I have nothing to add, please go ahead.")
+
+
+def make_user(kind: str, task: Any, config: UserConfig | dict[str, Any] | None, episode_seed: int | None) -> Tau2User:
+    if kind == "scripted":
+        return ScriptedUser(task)
+    if kind == "llm":
+        return LLMUser(task, UserConfig.from_any(config), episode_seed=episode_seed)
+    raise ValueError(f"unknown τ² user {kind!r}; use 'scripted' or 'llm'")
