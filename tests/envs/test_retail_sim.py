@@ -125,3 +125,11 @@ def test_fresh_process_make():
     code = "import gymnasium as gym; e = gym.make('trace_envs:trace/retail-sim-v0'); print(e.reset(seed=0)[0][0]['role'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "user"
+
+
+def test_truncated_episodes_still_report_id_diagnostics(env):
+    env.reset(seed=12)
+    for _ in range(5):
+        *_, truncated, info = env.step('<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}'
+                                       '</tool_call>')
+    assert truncated and info["id_args_total"] == 5 and info["id_args_valid"] == 0 and not info["ids_grounded"]

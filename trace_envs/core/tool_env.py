@@ -201,6 +201,7 @@ class ToolUseEnv(gym.Env, ABC):
         info: dict[str, Any] = {
             "termination": termination,
             "format_valid_fraction": self._format_ok_turns / max(1, self._steps),
+            **episode.diagnostics(),
         }
         if terminated:
             score = episode.score(self._transcript, termination)

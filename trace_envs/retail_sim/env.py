@@ -98,17 +98,19 @@ class RetailSimEpisode(Episode):
         db_ok = float(termination in NORMAL_ENDINGS and db_hash(self.db) == gold_hash)
         comm_ok = float(termination in NORMAL_ENDINGS and communicated(transcript, self.scenario.communicate))
         reward = db_ok * comm_ok
-        checked = all(i.order_id in self.ledger.looked_up_orders for i in self.scenario.intents)
-        success = reward == 1.0 and self.ledger.grounded and checked
-        info = {
+        info = self.diagnostics()
+        success = reward == 1.0 and info["ids_grounded"] and info["orders_checked"]
+        return Score(reward=reward, success=success, breakdown={"db": db_ok, "communicate": comm_ok}, info=info)
+
+    def diagnostics(self) -> dict[str, Any]:
+        return {
             "ids_grounded": self.ledger.grounded,
             "id_args_total": self.ledger.total,
             "id_args_valid": self.ledger.valid,
-            "orders_checked": checked,
+            "orders_checked": all(i.order_id in self.ledger.looked_up_orders for i in self.scenario.intents),
             "writes": self.writes,
             "required_capabilities": list(self.scenario.required_capabilities),
         }
-        return Score(reward=reward, success=success, breakdown={"db": db_ok, "communicate": comm_ok}, info=info)
 
 
 class RetailSimEnv(ToolUseEnv):
