@@ -1,8 +1,11 @@
 """Policy specs -> rollout backends: the one place that turns a config's ``policy`` into something that plays.
 
 Kinds: ``oracle`` and ``expert`` (scripted, retail-sim-style annotation required), ``hf`` (a local HF model,
-optionally with a peft adapter directory in ``adapter``) and ``composed`` (the base in ``model`` with a saved
-MoE composition directory in ``adapter``).
+optionally with a peft adapter directory in ``adapter``), ``composed`` (the base in ``model`` with a saved
+MoE composition directory in ``adapter``) and ``openai`` (OpenAI-compatible servers such as vLLM at
+``base_urls``, serving ``served_model``; ``model`` is the local directory of the served model's tokenizer; an
+``adapter`` directory is loaded onto the servers; ``server`` holds ``OpenAIRolloutBackend`` options such as
+``routing``, ``timeout``, ``retries``, ``backoff``, ``max_concurrency``, ``api_key``, ``load_inplace``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from trace_train.rollout.base import RolloutBackend, SamplingParams
 
-KINDS = ("oracle", "expert", "hf", "composed")
+KINDS = ("oracle", "expert", "hf", "composed", "openai")
 
 
 @dataclass
@@ -30,6 +33,9 @@ class PolicySpec:
     greedy: bool = False
     threads: int = 1
     max_batch: int | None = None
+    base_urls: list[str] = field(default_factory=list)  # openai: e.g. ["http://127.0.0.1:8000/v1"]
+    served_model: str | None = None  # openai: the server's base model name (default: ``model``)
+    server: dict[str, Any] = field(default_factory=dict)  # openai: OpenAIRolloutBackend options
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PolicySpec":
@@ -39,8 +45,10 @@ class PolicySpec:
         spec = cls(**data)
         if spec.kind not in KINDS:
             raise ValueError(f"unknown policy kind {spec.kind!r}; choose one of {KINDS}")
-        if spec.kind in ("hf", "composed") and not spec.model:
+        if spec.kind in ("hf", "composed", "openai") and not spec.model:
             raise ValueError(f"a {spec.kind} policy needs model=<local HF directory or hub name>")
+        if spec.kind == "openai" and not spec.base_urls:
+            raise ValueError("an openai policy needs base_urls=[http://host:port/v1, ...]")
         if spec.kind == "composed" and not spec.adapter:
             raise ValueError("a composed policy needs adapter=<directory written by trace-rl compose>")
         spec.name = spec.name or (Path(spec.adapter).name if spec.adapter else spec.kind)
@@ -60,6 +68,8 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
 
         knobs = ExpertKnobs(**spec.knobs) if spec.kind == "expert" else ExpertKnobs()
         return ScriptedRolloutBackend(lambda seed: ScriptedExpert(knobs, seed=seed, name=spec.name)), None
+    if spec.kind == "openai":
+        return _openai_backend(spec)
     from trace_train.model import load_policy
     from trace_train.rollout.hf import HFRolloutBackend
 
@@ -76,4 +86,29 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
         model = load_adapter(model, spec.adapter, adapter)
     backend = HFRolloutBackend(model, tokenizer, threads=spec.threads, max_batch=spec.max_batch,
                                policy_name=spec.name, render_tools=spec.render_tools)
+    return backend, adapter
+
+
+def _openai_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
+    from transformers import AutoTokenizer
+
+    from trace_train.model import PolicyLoadError
+    from trace_train.rollout.openai_backend import OpenAIRolloutBackend
+    from trace_train.rollout.openai_lora import parse_version
+
+    local = Path(spec.model).expanduser()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(local) if local.is_dir() else spec.model)
+    except (OSError, ValueError) as exc:
+        raise PolicyLoadError(f"could not load the tokenizer of {spec.model!r}: {exc}") from exc
+    backend = OpenAIRolloutBackend(spec.base_urls, spec.served_model or spec.model, tokenizer,
+                                   policy_name=spec.name, render_tools=spec.render_tools, **spec.server)
+    backend.check_server(adapters=bool(spec.adapter))
+    adapter = None
+    if spec.adapter:
+        try:
+            _, iteration = parse_version(spec.name, spec.adapter, None)
+        except ValueError:
+            iteration = 0
+        adapter = backend.sync_adapter(spec.name, spec.adapter, iteration)
     return backend, adapter

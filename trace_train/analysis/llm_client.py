@@ -1,5 +1,8 @@
 """A minimal OpenAI-compatible chat client with an on-disk response cache (stdlib only).
 
+HTTP, retries and backoff live in ``trace_train.rollout.openai_http`` (shared with the ``openai``
+rollout backend).
+
 Every request body is hashed (sha256 of its canonical JSON); the answer is stored under
 ``cache_dir/<hash>.json`` so that rerunning an analysis makes no request at all.
 """
@@ -9,19 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_train.rollout.openai_http import JSONHTTPClient, ServerError
 from trace_train.trajectory import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 
-class LLMError(RuntimeError):
+class LLMError(ServerError):
     """The endpoint could not be reached or kept failing after the configured retries."""
 
 
@@ -75,27 +76,14 @@ class ChatClient:
         return content
 
     def _post(self, body: dict[str, Any]) -> str:
-        url = self.base_url.rstrip("/") + "/chat/completions"
-        data = json.dumps(body).encode()
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            req = urllib.request.Request(
-                url, data=data, method="POST",
-                headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
-            )
-            self.requests_made += 1
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    payload = json.loads(resp.read().decode("utf-8"))
-                return str(payload["choices"][0]["message"]["content"] or "")
-            except urllib.error.HTTPError as exc:
-                last = exc
-                if exc.code < 500 and exc.code != 429:
-                    raise LLMError(f"{url}: HTTP {exc.code}: {exc.read()[:300]!r}") from exc
-            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError,
-                    KeyError, IndexError, TypeError) as exc:
-                last = exc
-            logger.warning("LLM request failed (attempt %d/%d): %s", attempt + 1, self.retries + 1, last)
-            if attempt < self.retries:
-                time.sleep(self.backoff_s * (2 ** attempt))
-        raise LLMError(f"{url}: no valid answer after {self.retries + 1} attempts: {last}")
+        http = JSONHTTPClient(api_key=self.api_key, timeout=self.timeout, retries=self.retries,
+                              backoff_s=self.backoff_s)
+        try:
+            return http.post(self.base_url.rstrip("/") + "/chat/completions", body, _chat_content,
+                             retry_bad_response=True, error=LLMError)
+        finally:
+            self.requests_made += http.requests_made
+
+
+def _chat_content(payload: Any) -> str:
+    return str(payload["choices"][0]["message"]["content"] or "")
