@@ -190,7 +190,7 @@ def test_env_configs_make_working_envs(domain):
 
     from trace_train.paths import CONF_DIR
 
-    cfg = OmegaConf.load(CONF_DIR / "env" / f"tau2_{domain}.yaml")
+    cfg = OmegaConf.load(CONF_DIR / "targets" / f"tau2_{domain}.yaml")
     env = gym.make(cfg.id, **OmegaConf.to_container(cfg.kwargs))
     obs, info = env.reset(seed=0)
     assert info["task"]["domain"] == domain and obs[1]["role"] == "user"

@@ -71,6 +71,10 @@ class Episode(ABC):
     def on_tool_call(self, name: str, arguments: dict[str, Any], error: bool) -> None:
         """Hook for bookkeeping (e.g. which ids the agent used); default does nothing."""
 
+    def diagnostics(self) -> dict[str, Any]:
+        """Facts about the agent's behaviour reported at the end of *every* episode, truncated ones too."""
+        return {}
+
 
 class ToolUseEnv(gym.Env, ABC):
     """Multi-turn tool-use env over chat messages. Subclasses implement ``_new_episode``."""

@@ -37,6 +37,11 @@ class BootstrapConfig:
     checkpoint_every: int = 100
     time_budget_min: float = 60.0
     probe_episodes: int = 100
+    # Stop after this step although the LR schedule spans ``steps`` (records where a budgeted run stopped).
+    stop_step: int | None = None
+    # Continue from the model of another bootstrap config (staged training); it runs first if not cached.
+    init_from: dict[str, Any] | None = None
+    data_offset_steps: int = 0  # skip this many steps' worth of BC seeds (a continuation sees fresh episodes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BootstrapConfig:
@@ -47,9 +52,19 @@ class BootstrapConfig:
             raise ValueError(f"unknown bootstrap config keys: {sorted(unknown)}")
         return cls(knobs=knobs, **data)
 
+    @property
+    def parent(self) -> "BootstrapConfig | None":
+        return BootstrapConfig.from_dict(self.init_from) if self.init_from else None
+
+    @property
+    def last_step(self) -> int:
+        return min(self.steps, self.stop_step) if self.stop_step else self.steps
+
     def content_hash(self) -> str:
         """Hash of everything that determines the trained model (threads and budget excluded)."""
         relevant = asdict(self)
-        for key in ("threads", "checkpoint_every", "probe_episodes"):
+        for key in ("threads", "checkpoint_every", "probe_episodes", "time_budget_min"):
             relevant.pop(key)
+        if self.init_from:
+            relevant["init_from"] = self.parent.content_hash()
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]

@@ -60,12 +60,12 @@ def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfi
 
 def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
     """The train seeds of BC step ``step`` (deterministic: a resumed run sees the same data)."""
-    start = TRAIN_SEED_OFFSET + step * cfg.batch_size
+    start = TRAIN_SEED_OFFSET + (cfg.data_offset_steps + step) * cfg.batch_size
     return split_seeds("train", cfg.batch_size, offset=start)
 
 
 def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
-    for step in range(start_step, cfg.steps):
+    for step in range(start_step, cfg.last_step):
         records = expert_episodes(cfg, batch_seeds(cfg, step))
         yield step, [encode(renderer, r, cfg) for r in records]
 

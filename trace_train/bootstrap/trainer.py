@@ -28,6 +28,7 @@ from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.probe import teacher_forced_probe
 from trace_train.model import ChatRenderer, build_model, save_policy
+from trace_train.model.chat_template import chat_template
 from trace_train.trajectory import append_jsonl, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -94,9 +95,21 @@ class Bootstrapper:
         cfg = self.cfg
         torch.set_num_threads(cfg.threads)
         self.dir.mkdir(parents=True, exist_ok=True)
-        tokenizer = self._tokenizer()
+        parent = None
+        if cfg.parent is not None:
+            parent = Bootstrapper(cfg.parent, self.dir.parent)
+            parent.run(progress=progress)
+            tokenizer = AutoTokenizer.from_pretrained(parent.model_dir)
+            tokenizer.chat_template = chat_template("full" if cfg.render_tools else "none")
+        else:
+            tokenizer = self._tokenizer()
         renderer = ChatRenderer(tokenizer)
         model = build_model(cfg.preset, tokenizer, seed=cfg.seed, max_position_embeddings=max(cfg.max_len, 2048))
+        if parent is not None:
+            from transformers import AutoModelForCausalLM
+
+            model.load_state_dict(AutoModelForCausalLM.from_pretrained(parent.model_dir).state_dict())
+            logger.info("continuing from bootstrap %s", parent.config_hash)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                       betas=(0.9, 0.95))
@@ -115,7 +128,7 @@ class Bootstrapper:
         columns = [TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
         with Progress(*columns, disable=not progress) as bar:
-            task = bar.add_task("bc", total=cfg.steps, completed=start_step, loss="-")
+            task = bar.add_task("bc", total=cfg.last_step, completed=start_step, loss="-")
             for step, examples in batches(cfg, renderer, start_step):
                 ids, attn, mask = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
                 for group in optimizer.param_groups:
@@ -129,11 +142,11 @@ class Bootstrapper:
                 ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
                 bar.update(task, completed=step + 1, loss=f"{ema:.3f}")
                 now = time.perf_counter() - started
-                if (step + 1) % 10 == 0:
+                if (step + 1) % 10 == 0 or step + 1 == cfg.last_step:
                     append_jsonl(self.dir / "metrics.jsonl", {"step": step + 1, "loss": loss.item(), "loss_ema": ema,
                                                               "lr": lr_at(cfg, step), "grad_norm": float(grad_norm),
                                                               "elapsed_s": now})
-                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
                     _save_checkpoint(ckpt_path, model, optimizer, step + 1, now)
                 if now > budget_s:
                     logger.warning("time budget of %.0f min reached at step %d of %d", cfg.time_budget_min,

@@ -1,0 +1,89 @@
+"""The paper-style table of a TRACE run on held-out seeds: rows base, baselines, single adapters, TRACE.
+
+Usage:
+    python benchmarks/miniature_replication.py [--run-dir runs/quick] [--run]   # --run: run the quick pipeline first
+
+Prints, per policy: held-out success with its 95 % Wilson interval, mean reward, the training rollouts it
+consumed and the wall time of its training stage; then the three goals of the miniature replication
+(TRACE beats the base by >= 15 points; TRACE reaches GRPO-on-target's final score with <= 1/4 of its
+rollouts; the composed model beats the best single adapter) as measured, whatever they show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TRACE = "TRACE (composed)"
+
+
+def load(run_dir: Path) -> tuple[dict, dict, dict]:
+    evaluation = json.loads((run_dir / "eval" / "eval.json").read_text())
+    stages = json.loads((run_dir / "pipeline.json").read_text())["stages"]
+    curves_path = run_dir / "eval" / "sample_efficiency.json"
+    curves = json.loads(curves_path.read_text())["curves"] if curves_path.exists() else {}
+    return evaluation, stages, curves
+
+
+def rollouts_and_wall(name: str, stages: dict) -> tuple[int | None, float | None]:
+    if name == TRACE:
+        train = [s for n, s in stages.items() if n.startswith("train/")]
+        compose = stages.get("compose", {})
+        return (sum(s.get("outputs", {}).get("rollouts", 0) for s in train),
+                sum(s.get("wall_s", 0.0) for s in train) + compose.get("wall_s", 0.0))
+    for key in (f"train/{name}", f"baselines/{name}"):
+        if key in stages:
+            return stages[key].get("outputs", {}).get("rollouts"), stages[key].get("wall_s")
+    return (0, 0.0) if name == "base" else (None, None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", default="runs/quick")
+    parser.add_argument("--run", action="store_true", help="run `trace-rl pipeline preset=quick` first")
+    args = parser.parse_args()
+    run_dir = Path(args.run_dir)
+    if args.run:
+        subprocess.run([sys.executable, "-m", "trace_train.cli", "pipeline", "preset=quick",
+                        f"pipeline.run_dir={run_dir}"], check=True)
+    evaluation, stages, curves = load(run_dir)
+    policies = evaluation["policies"]
+    print(f"held-out {evaluation['env']} ({evaluation['split']} split, {evaluation['episodes']} seeds x "
+          f"{evaluation['trials']} trials)")
+    print(f"{'policy':28s} {'success':>8s} {'95% interval':>16s} {'reward':>7s} {'rollouts':>9s} {'wall s':>8s}")
+    for name, result in policies.items():
+        o = result["overall"]
+        rollouts, wall = rollouts_and_wall(name, stages)
+        interval = f"[{o['low']:.3f}, {o['high']:.3f}]"
+        rollouts_text = "" if rollouts is None else str(rollouts)
+        wall_text = "" if wall is None else f"{wall:.0f}"
+        print(f"{name:28s} {o['rate']:8.3f} {interval:>16s} {result['mean_reward']:7.3f} {rollouts_text:>9s} "
+              f"{wall_text:>8s}")
+    base = policies.get("base", {}).get("overall", {}).get("rate")
+    trace = policies.get(TRACE, {}).get("overall", {}).get("rate")
+    singles = {n: r["overall"]["rate"] for n, r in policies.items()
+               if f"train/{n}" in stages}
+    print()
+    if trace is None:
+        print("no composed TRACE model in this run (composition skipped or disabled)")
+        return
+    print(f"goal 1, TRACE - base >= 0.15: {trace - base:+.3f} -> {'met' if trace - base >= 0.15 else 'not met'}")
+    target_curve = curves.get("GRPO on target", [])
+    if target_curve:
+        final = target_curve[-1]
+        trace_rollouts = rollouts_and_wall(TRACE, stages)[0] or 0
+        reached = [p for p in target_curve if p[1] >= trace]
+        print(f"goal 2, TRACE ({trace:.3f} with {trace_rollouts} rollouts) vs GRPO on target (final {final[1]:.3f} "
+              f"with {final[0]:.0f}): {'met' if trace >= final[1] and trace_rollouts <= final[0] / 4 else 'not met'}"
+              f"{'' if not reached else f'; GRPO on target first reached TRACE at {reached[0][0]:.0f} rollouts'}")
+    if singles:
+        best = max(singles, key=singles.get)
+        print(f"goal 3, composed > best single ({best} {singles[best]:.3f}): {trace:.3f} -> "
+              f"{'met' if trace > singles[best] else 'not met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Behaviour cloning on a tiny budget: loss goes down, a killed run resumes exactly, results are cached."""
+
+import json
+
+import pytest
+import torch
+
+from trace_train.bootstrap import trainer as bc
+from trace_train.bootstrap.config import BootstrapConfig
+from trace_train.bootstrap.data import batch_seeds, encode, expert_episodes, pad_batch
+from trace_train.model import ChatRenderer, load_policy
+from trace_train.model.chat_template import chat_template
+
+TINY = dict(steps=8, batch_size=2, tokenizer_episodes=40, probe_episodes=4, checkpoint_every=4, warmup_steps=2,
+            lr=3e-3, max_len=1024)
+
+
+def _held_out_loss(model_dir, cfg) -> float:
+    model, tokenizer = load_policy(model_dir)
+    renderer = ChatRenderer(tokenizer)
+    examples = [encode(renderer, r, cfg) for r in expert_episodes(cfg, list(range(1_000_000, 1_000_004)))]
+    ids, attn, mask = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
+    with torch.no_grad():
+        return bc.masked_lm_loss(model, ids, attn, mask).item()
+
+
+def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
+    cfg = BootstrapConfig(**TINY)
+    runner = bc.Bootstrapper(cfg, tmp_path)
+    untrained = BootstrapConfig(**{**TINY, "steps": 1, "lr": 1e-9, "warmup_steps": 1})
+    start = bc.Bootstrapper(untrained, tmp_path)
+    start.run(progress=False)
+    before = _held_out_loss(start.model_dir, cfg)
+    summary = runner.run(progress=False)
+    after = _held_out_loss(runner.model_dir, cfg)
+    assert after < before - 0.5, (before, after)
+    assert summary["config_hash"] == cfg.content_hash() and 0 <= summary["probe"]["id_token_accuracy"] <= 1
+    _, tokenizer = load_policy(runner.model_dir)
+    assert tokenizer.chat_template == chat_template("none")  # rollouts render exactly what BC saw
+    lines = (runner.dir / "metrics.jsonl").read_text().splitlines()
+    assert summary == runner.run(progress=False)  # cached: no second training
+    assert (runner.dir / "metrics.jsonl").read_text().splitlines() == lines
+
+
+def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    cfg = BootstrapConfig(**TINY)
+    clean = bc.Bootstrapper(cfg, tmp_path / "clean")
+    clean.run(progress=False)
+
+    original = bc._save_checkpoint
+
+    def save_then_die(path, model, optimizer, step, elapsed):
+        original(path, model, optimizer, step, elapsed)
+        if step == 4:
+            raise KeyboardInterrupt  # a kill right after the step-4 checkpoint
+
+    monkeypatch.setattr(bc, "_save_checkpoint", save_then_die)
+    killed = bc.Bootstrapper(cfg, tmp_path / "killed")
+    with pytest.raises(KeyboardInterrupt):
+        killed.run(progress=False)
+    monkeypatch.setattr(bc, "_save_checkpoint", original)
+    assert not killed.is_done()
+    killed.run(progress=False)
+    a, _ = load_policy(clean.model_dir)
+    b, _ = load_policy(killed.model_dir)
+    for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(pa, pb), name
+
+
+def test_continuation_runs_its_parent_first_and_sees_fresh_data(tmp_path):
+    parent = {**TINY, "steps": 4}
+    child = BootstrapConfig(**{**TINY, "steps": 2, "init_from": parent, "data_offset_steps": 4})
+    assert batch_seeds(child, 0) == batch_seeds(BootstrapConfig(**parent), 4)
+    assert child.content_hash() != BootstrapConfig(**{**TINY, "steps": 2}).content_hash()
+    runner = bc.Bootstrapper(child, tmp_path)
+    runner.run(progress=False)
+    parent_dir = tmp_path / BootstrapConfig(**parent).content_hash()
+    assert (parent_dir / "bootstrap.json").exists()
+    assert json.loads((runner.dir / "bootstrap.json").read_text())["config"]["init_from"]["steps"] == 4
+
+
+def test_stop_step_keeps_the_schedule_of_the_full_run():
+    full = BootstrapConfig(steps=100, warmup_steps=10)
+    stopped = BootstrapConfig(steps=100, warmup_steps=10, stop_step=40)
+    assert stopped.last_step == 40 and bc.lr_at(full, 39) == bc.lr_at(stopped, 39)
+    assert full.content_hash() != stopped.content_hash()
+    assert BootstrapConfig(time_budget_min=5).content_hash() == BootstrapConfig(time_budget_min=50).content_hash()
