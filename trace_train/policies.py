@@ -27,6 +27,7 @@ class PolicySpec:
     adapter: str | None = None
     knobs: dict[str, float] = field(default_factory=dict)
     render_tools: bool = False
+    system_suffix: str = ""  # appended to the env's system prompt (e.g. capability descriptions)
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 96
@@ -85,7 +86,7 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
         adapter = spec.name
         model = load_adapter(model, spec.adapter, adapter)
     backend = HFRolloutBackend(model, tokenizer, threads=spec.threads, max_batch=spec.max_batch,
-                               policy_name=spec.name, render_tools=spec.render_tools)
+                               policy_name=spec.name, render_tools=spec.render_tools, system_suffix=spec.system_suffix)
     return backend, adapter
 
 
@@ -102,7 +103,8 @@ def _openai_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
     except (OSError, ValueError) as exc:
         raise PolicyLoadError(f"could not load the tokenizer of {spec.model!r}: {exc}") from exc
     backend = OpenAIRolloutBackend(spec.base_urls, spec.served_model or spec.model, tokenizer,
-                                   policy_name=spec.name, render_tools=spec.render_tools, **spec.server)
+                                   policy_name=spec.name, render_tools=spec.render_tools,
+                                   system_suffix=spec.system_suffix, **spec.server)
     backend.check_server(adapters=bool(spec.adapter))
     adapter = None
     if spec.adapter:

@@ -53,8 +53,11 @@ def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
     manifest = json.loads((run_dir / "synthesis" / "manifest.json").read_text())
     assert {e["capability"] for e in manifest["envs"]} == {"precondition_verification", "multi_step_task_completion"}
     evaluation = json.loads((run_dir / "eval" / "eval.json").read_text())
-    assert {"base", "precondition_verification", "multi_step_task_completion", "grpo_target"} <= set(
+    assert {"base", "precondition_verification", "multi_step_task_completion", "grpo_target", "prompted"} <= set(
         evaluation["policies"])
+    prompted_file = run_dir / "eval" / "trajectories_prompted.jsonl"
+    prompted = [json.loads(line) for line in prompted_file.read_text().splitlines()]
+    assert "Be careful with:" in prompted[0]["messages"][0]["content"]
     assert evaluation["policies"]["base"]["overall"]["n"] == 3
     curves = json.loads((run_dir / "eval" / "sample_efficiency.json").read_text())["curves"]
     assert "TRACE" in curves and len(curves["GRPO on target"]) == 2

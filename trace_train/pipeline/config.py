@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-BASELINES = ("grpo_target", "mixture", "sft")
+BASELINES = ("grpo_target", "mixture", "sft", "prompted")
+TRAINED_BASELINES = ("grpo_target", "mixture", "sft")
 STAGES = ("bootstrap", "rollouts", "analysis", "synthesis", "train", "compose", "baselines", "eval", "report")
 
 

@@ -7,10 +7,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from trace_train.pipeline.config import PipelineConfig
+from trace_train.pipeline.config import TRAINED_BASELINES, PipelineConfig
 from trace_train.pipeline.stage_runner import StageRunner, content_hash
 from trace_train.pipeline.stages import (
     base_spec,
+    capability_prompt,
     compose_adapters,
     grpo_run,
     play,
@@ -65,8 +66,8 @@ class Pipeline:
         trace_rollouts = sum(t["rollouts"] for t in trained.values())
         baselines = {name: r.run(f"baselines/{name}", content_hash(h_train, name, sorted(envs)),
                                  lambda d, name=name: self._baseline(name, model, envs, d))
-                     for name in cfg.baselines}
-        h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(baselines))
+                     for name in cfg.baselines if name in TRAINED_BASELINES}
+        h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines))
         r.run("eval", h_eval, lambda d: self._eval(model, trained, composed, baselines, trace_rollouts, d))
         return r.run("report", content_hash(h_eval, "report"), self._report)
 
@@ -91,7 +92,6 @@ class Pipeline:
 
     def _synthesis(self, selected: list[str], out: Path) -> dict[str, Any]:
         from trace_envs.synthesis import read_selected, synthesize
-
         from trace_envs.synthesis.emit import SelectedCapability
 
         analysed = {c.name: c for c in read_selected(self.run_dir / "analysis" / "selected_capabilities.json")}
@@ -129,6 +129,9 @@ class Pipeline:
                                                      kind="composed")
         policies.update({name: base_spec(self.cfg, model, name=name, adapter=b["adapter_dir"])
                          for name, b in baselines.items()})
+        if "prompted" in self.cfg.baselines:
+            suffix = capability_prompt(self.run_dir / "analysis" / "selected_capabilities.json", list(trained))
+            policies["prompted"] = base_spec(self.cfg, model, name="prompted", system_suffix=suffix)
         results = evaluate_policies(policies, self.cfg.target_env, e.split, e.episodes, e.trials, out_dir=out,
                                     batch=e.batch_episodes)
         print_comparison(results, title=f"held-out {self.cfg.target_env} ({e.episodes} seeds x {e.trials})")

@@ -39,10 +39,19 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
 
 
 def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str | None = None,
-              kind: str = "hf") -> PolicySpec:
+              kind: str = "hf", system_suffix: str = "") -> PolicySpec:
     p = cfg.policy
     return PolicySpec(kind=kind, name=name, model=model, adapter=adapter, render_tools=p.render_tools,
-                      temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, threads=p.threads)
+                      temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, threads=p.threads,
+                      system_suffix=system_suffix)
+
+
+def capability_prompt(selected_path: Path, names: list[str]) -> str:
+    """The "prompted" baseline's addition to the system prompt: the selected capabilities' descriptions."""
+    doc = json.loads(Path(selected_path).read_text())
+    described = {c["name"]: c.get("description", "") for c in doc.get("selected", [])}
+    lines = [f"- {name.replace('_', ' ')}: {described.get(name) or 'no description'}" for name in names]
+    return "\nBe careful with:\n" + "\n".join(lines) if lines else ""
 
 
 def play(spec: PolicySpec, env_id: str, split: str, episodes: int, offset: int = 0, trials: int = 1,

@@ -102,6 +102,7 @@ class HFRolloutBackend:
         max_batch: int | None = None,
         policy_name: str = "hf",
         render_tools: bool = True,
+        system_suffix: str = "",
     ) -> None:
         first = next(model.parameters(), None)
         if first is not None and first.device != torch.device(device):
@@ -118,6 +119,7 @@ class HFRolloutBackend:
         self.max_batch = max_batch
         self.policy_name = policy_name
         self.render_tools = render_tools  # False: tool schemas stay out of the prompt (as in bootstrap BC data)
+        self.system_suffix = system_suffix  # appended to the env's system prompt (the "prompted" baseline)
         self.end_id = self.renderer.end_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         gen_eos = gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else []
@@ -163,7 +165,7 @@ class HFRolloutBackend:
         obs, info = env.reset(seed=req.seed)
         tools = (info.get("tools") or None) if self.render_tools else None
         messages = list(obs)
-        system = info.get("system_prompt")
+        system = (info.get("system_prompt") or "") + self.system_suffix
         if system and not (messages and messages[0].get("role") == "system"):
             messages.insert(0, {"role": "system", "content": system})
         ep = _Episode(request=req, env=env, tools=tools, reset_info=dict(info), messages=messages,

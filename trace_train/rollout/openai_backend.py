@@ -142,6 +142,7 @@ class OpenAIRolloutBackend:
         max_context: int | None = None,
         policy_name: str = "openai",
         render_tools: bool = True,
+        system_suffix: str = "",
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
@@ -165,6 +166,7 @@ class OpenAIRolloutBackend:
         self._max_context = max_context
         self.policy_name = policy_name
         self.render_tools = render_tools
+        self.system_suffix = system_suffix
         self.adapters = AdapterManager(self.http, self.base_urls, load_inplace, RolloutServerError)
         self.servers: list[ServerInfo] | None = None
         self._lora_checked = False
