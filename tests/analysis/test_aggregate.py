@@ -134,3 +134,15 @@ def test_partition_lists_cover_every_episode():
 def test_label_parse_aliases():
     assert Label.parse("n/a") is NA and Label.parse(" present ") is P and Label.parse("Lacking") is L
     assert Label.parse("maybe") is None and Label.parse(3) is None
+
+
+def test_no_passed_trajectories_warns_and_flags_missing_contrast(caplog):
+    from trace_train.analysis.aggregate import aggregate
+    from trace_train.analysis.labels import Capability, Label, LabelRun
+
+    success = {"a": False, "b": False}
+    run = LabelRun(run=0, labels={("a", "x"): Label.LACKING, ("b", "x"): Label.PRESENT})
+    with caplog.at_level("WARNING"):
+        result = aggregate([run], [Capability("x", "d")], success)
+    assert "no contrast" in caplog.text
+    assert result.to_json()["contrast_available"] is False

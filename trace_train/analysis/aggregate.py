@@ -133,6 +133,7 @@ class AnalysisResult:
             "thresholds": asdict(self.thresholds),
             "n_runs": self.n_runs,
             "totals": {"episodes": self.n_episodes, "failed": self.n_failed, "passed": self.n_passed},
+            "contrast_available": 0 < self.n_failed < self.n_episodes,
             "missing_pairs": {"total": self.missing_pairs, "by_run": {str(k): v for k, v in self.missing_by_run.items()}},
             "selected": selected,
             "candidates": candidates,
@@ -225,6 +226,12 @@ def aggregate(
             total_missing,
         )
     n_failed = sum(not ok for ok in success.values())
+    if n_failed in (0, len(success)):
+        logger.warning(
+            "all %d trajectories %s: there is no contrast (ER%s is 0 by definition), so the selection only "
+            "reflects how often each capability is labeled at all; collect rollouts of a policy that sometimes "
+            "succeeds", len(success), "failed" if n_failed else "passed", "+" if n_failed else "-",
+        )
     return AnalysisResult(
         thresholds=thresholds, n_runs=len(runs), n_episodes=len(success), n_failed=n_failed,
         n_passed=len(success) - n_failed, candidates=results,
