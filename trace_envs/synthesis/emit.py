@@ -13,11 +13,11 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from trace_envs.atomic_io import write_text_atomic
 from trace_envs.families import FAMILIES
 from trace_envs.registry import NAMESPACE, unregister_env
 from trace_envs.synthesis.calibrate import PolicyFactory, SearchResult, Trial, search_knobs
@@ -75,17 +75,7 @@ def module_filename(capability: str, domain: str) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 _TEMPLATE = '''"""Emitted by `trace-rl synthesize`: {capability} on {domain}.
