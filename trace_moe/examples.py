@@ -28,7 +28,8 @@ class GateExample:
 
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.loss_mask):
-            raise ValueError(f"input_ids ({len(self.input_ids)}) and loss_mask ({len(self.loss_mask)}) differ in length")
+            raise ValueError(
+                f"input_ids ({len(self.input_ids)}) and loss_mask ({len(self.loss_mask)}) differ in length")
         if self.label < 0:
             raise ValueError(f"label must be a slot index >= 0, got {self.label}")
 

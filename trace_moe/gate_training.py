@@ -139,7 +139,9 @@ def train_gates(composed: ComposedModel, examples: Sequence[GateExample],
     return metrics
 
 
-def _train_end_to_end(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig) -> GateTrainMetrics:
+def _train_end_to_end(
+    composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig
+) -> GateTrainMetrics:
     rng = np.random.default_rng(cfg.seed)
     micro_per_epoch = math.ceil(len(examples) / cfg.batch_size)
     total_steps = max(1, math.ceil(micro_per_epoch / cfg.grad_accum) * cfg.epochs)

@@ -213,7 +213,9 @@ class RetailTools:
         )
         return order
 
-    def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+    def return_delivered_order_items(
+        self, order_id: str, item_ids: list[str], payment_method_id: str
+    ) -> dict[str, Any]:
         order = self._order(order_id)
         if order["status"] != "delivered":
             raise ToolError("Non-delivered order cannot be returned")
@@ -224,7 +226,8 @@ class RetailTools:
         if method["source"] != "gift_card" and payment_method_id != order["payment_history"][0]["payment_method_id"]:
             raise ToolError("Payment method should be either the original payment method or a gift card")
         self._check_items_present(order, item_ids)
-        order.update(status="return requested", return_items=sorted(item_ids), return_payment_method_id=payment_method_id)
+        order.update(status="return requested", return_items=sorted(item_ids),
+                     return_payment_method_id=payment_method_id)
         return order
 
     # -- helpers --------------------------------------------------------------------------------

@@ -134,7 +134,8 @@ class AnalysisResult:
             "n_runs": self.n_runs,
             "totals": {"episodes": self.n_episodes, "failed": self.n_failed, "passed": self.n_passed},
             "contrast_available": 0 < self.n_failed < self.n_episodes,
-            "missing_pairs": {"total": self.missing_pairs, "by_run": {str(k): v for k, v in self.missing_by_run.items()}},
+            "missing_pairs": {"total": self.missing_pairs,
+                              "by_run": {str(k): v for k, v in self.missing_by_run.items()}},
             "selected": selected,
             "candidates": candidates,
         }

@@ -62,9 +62,12 @@ def _gold_for(task: dict[str, Any], order_id: str) -> tuple[str, dict[str, Any]]
     return None
 
 
+def _normalized(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: (list(map(str, v)) if isinstance(v, list) else str(v)) for k, v in args.items()}
+
+
 def _same_args(got: dict[str, Any], want: dict[str, Any]) -> bool:
-    norm = lambda d: {k: (list(map(str, v)) if isinstance(v, list) else str(v)) for k, v in d.items()}
-    return norm(got) == norm(want)
+    return _normalized(got) == _normalized(want)
 
 
 def _answer_given(record: TrajectoryRecord, intent: dict[str, Any]) -> bool | None:
