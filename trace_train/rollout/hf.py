@@ -152,10 +152,18 @@ class HFRolloutBackend:
         finally:
             torch.set_num_threads(prev_threads)
             self.model.train(was_training)
-            for ep in episodes:
-                close = getattr(ep.env, "close", None)
-                if close is not None:
-                    close()
+            self._close_envs(episodes)
+        return self._records(episodes, adapter)
+
+    # -- shared with the openai backend ---------------------------------------------------------
+    @staticmethod
+    def _close_envs(episodes: Sequence[_Episode]) -> None:
+        for ep in episodes:
+            close = getattr(ep.env, "close", None)
+            if close is not None:
+                close()
+
+    def _records(self, episodes: Sequence[_Episode], adapter: str | None) -> list[TrajectoryRecord]:
         policy = self.policy_name if adapter is None else f"{self.policy_name}:{adapter}"
         return [self._record(ep, policy) for ep in episodes]
 

@@ -124,6 +124,8 @@ class OpenAIRolloutBackend:
     _env_step = HFRolloutBackend._env_step
     _sync_call_ids = staticmethod(HFRolloutBackend._sync_call_ids)
     _record = HFRolloutBackend._record
+    _close_envs = staticmethod(HFRolloutBackend._close_envs)
+    _records = HFRolloutBackend._records
 
     def __init__(
         self,
@@ -226,12 +228,8 @@ class OpenAIRolloutBackend:
         finally:
             for i in held:
                 self.router.release(servers[i])
-            for ep in episodes:
-                close = getattr(ep.env, "close", None)
-                if close is not None:
-                    close()
-        policy = self.policy_name if adapter is None else f"{self.policy_name}:{adapter}"
-        return [self._record(ep, policy) for ep in episodes]
+            self._close_envs(episodes)
+        return self._records(episodes, adapter)
 
     def _body(self, ep: _Episode, served: str, budget: int, sampling: SamplingParams) -> dict[str, Any]:
         greedy = sampling.greedy or sampling.temperature <= 0.0
