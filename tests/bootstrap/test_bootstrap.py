@@ -7,7 +7,15 @@ import torch
 
 from trace_train.bootstrap import trainer as bc
 from trace_train.bootstrap.config import BootstrapConfig
-from trace_train.bootstrap.data import batch_seeds, encode, expert_episodes, pad_batch
+from trace_train.bootstrap.data import (
+    Example,
+    batch_seeds,
+    copy_mask,
+    encode,
+    entity_token_ids,
+    expert_episodes,
+    pad_batch,
+)
 from trace_train.model import ChatRenderer, load_policy
 from trace_train.model.chat_template import chat_template
 
@@ -19,7 +27,7 @@ def _held_out_loss(model_dir, cfg) -> float:
     model, tokenizer = load_policy(model_dir)
     renderer = ChatRenderer(tokenizer)
     examples = [encode(renderer, r, cfg) for r in expert_episodes(cfg, list(range(1_000_000, 1_000_004)))]
-    ids, attn, mask = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
+    ids, attn, mask, _ = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
     with torch.no_grad():
         return bc.masked_lm_loss(model, ids, attn, mask).item()
 
@@ -85,3 +93,41 @@ def test_stop_step_keeps_the_schedule_of_the_full_run():
     assert stopped.last_step == 40 and bc.lr_at(full, 39) == bc.lr_at(stopped, 39)
     assert full.content_hash() != stopped.content_hash()
     assert BootstrapConfig(time_budget_min=5).content_hash() == BootstrapConfig(time_budget_min=50).content_hash()
+
+
+def test_copy_mask_marks_repeated_entity_ids_outside_assistant_turns():
+    entity = {7: "order_id", 9: "user_id"}
+    ids = [1, 7, 2, 9, 7, 9, 7, 3]
+    assistant = [0, 0, 0, 0, 1, 0, 0, 0]
+    # 7 first seen at 1; its repeat at 4 is an assistant target (already in the loss); 9 repeats at 5; 7 at 6.
+    assert copy_mask(ids, assistant, entity) == [0, 0, 0, 0, 0, 1, 1, 0]
+
+
+def test_copy_loss_adds_weighted_cross_entropy_on_copy_targets(tmp_path):
+    cfg = BootstrapConfig(**{**TINY, "steps": 1, "copy_loss_weight": 0.5})
+    runner = bc.Bootstrapper(cfg, tmp_path)
+    runner.run(progress=False)
+    model, tokenizer = load_policy(runner.model_dir)
+    renderer = ChatRenderer(tokenizer)
+    entity = entity_token_ids(tokenizer)
+    examples = [encode(renderer, r, cfg, entity) for r in expert_episodes(cfg, [1_000_000, 1_000_001])]
+    assert all(sum(e.copy_mask) >= 2 for e in examples)  # tool results echo the user id and order ids
+    ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
+    with torch.no_grad():
+        logp = model(input_ids=ids, attention_mask=attn).logits[:, :-1].log_softmax(-1)
+        nll = -logp.gather(-1, ids[:, 1:, None])[..., 0]
+        by_hand = nll[mask[:, 1:].bool()].mean() + 0.5 * nll[copies[:, 1:].bool()].mean()
+        got = bc.masked_lm_loss(model, ids, attn, mask, copies, 0.5)
+        plain = bc.masked_lm_loss(model, ids, attn, mask)
+    assert torch.allclose(got, by_hand, atol=1e-5) and got > plain
+
+
+def test_env_kwargs_shape_the_bc_episodes_but_not_the_probe():
+    cfg = BootstrapConfig(**{**TINY, "env_kwargs": {"n_intents": 1, "kinds": ["cancel"]}})
+    records = expert_episodes(cfg, [11, 12, 13])
+    assert all(len(r.info["task"]["intents"]) == 1 and r.info["task"]["intents"][0]["kind"] == "cancel"
+               for r in records)
+    mixed = expert_episodes(cfg, list(range(11, 31)), env_kwargs={})
+    assert {len(r.info["task"]["intents"]) for r in mixed} != {1}
+    assert cfg.content_hash() != BootstrapConfig(**TINY).content_hash()
+    assert Example([1], [0], 0).copy_mask is None

@@ -30,6 +30,7 @@ def _pipeline(run_dir: Path, policy: Path, *extra: str):
         "pipeline.capabilities=[precondition_verification,multi_step_task_completion]",
         "pipeline.rollouts.episodes=6", "pipeline.rollouts.batch_episodes=6",
         "pipeline.train.iterations=1", "pipeline.train.groups_per_iter=2", "pipeline.train.group_size=2",
+        "pipeline.train.checkpoint_every=1",
         "pipeline.eval.episodes=3", "pipeline.eval.curve_episodes=2", "pipeline.policy.max_new_tokens=24",
         "analysis.n_runs=3", "analysis.k=2", "synthesis.n_seeds=6", "synthesis.group_size=4",
         "grpo.progress=false", *extra,

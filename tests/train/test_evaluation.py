@@ -40,3 +40,12 @@ def test_summary_per_capability_and_pass_k():
     # pass^2 per task: seed1 0/1, seed2 1, seed3 0 -> 1/3
     assert s.pass_k[2] == pytest.approx(1 / 3)
     assert s.to_dict()["overall"]["n"] == 6
+
+
+def test_summary_pools_id_argument_validity_when_the_env_reports_it():
+    a, b = _rec(1, True, []), _rec(2, False, [])
+    a.info.update(id_args_total=4, id_args_valid=4)
+    b.info.update(id_args_total=6, id_args_valid=1)
+    s = summarize([a, b]).to_dict()
+    assert s["id_args_valid"]["successes"] == 5 and s["id_args_valid"]["n"] == 10
+    assert summarize([_rec(3, True, [])]).id_args_valid is None  # envs without an id ledger

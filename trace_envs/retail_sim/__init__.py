@@ -2,7 +2,7 @@
 
 from trace_envs.retail_sim.env import RetailSimEnv
 from trace_envs.retail_sim.experts import ExpertKnobs, ScriptedExpert, run_episode
-from trace_envs.retail_sim.pools import atomic_vocabulary
+from trace_envs.retail_sim.pools import atomic_vocabulary, entity_id_types
 from trace_envs.retail_sim.scenario import CAPABILITIES, SPLITS, generate_scenario, split_seeds
 
 ENV_ID = "trace/retail-sim-v0"
@@ -15,6 +15,7 @@ __all__ = [
     "RetailSimEnv",
     "ScriptedExpert",
     "atomic_vocabulary",
+    "entity_id_types",
     "generate_scenario",
     "run_episode",
     "split_seeds",

@@ -140,6 +140,25 @@ def pools() -> Pools:
     )
 
 
+def entity_id_types() -> dict[str, str]:
+    """Every pool entity id (the strings tool arguments name) mapped to its type.
+
+    Types: ``user_id``, ``email``, ``order_id``, ``payment_method_id``, ``product_id``, ``item_id``,
+    ``zip``. Names and address parts are atomic tokens too but are not ids.
+    """
+    p = pools()
+    types: dict[str, str] = {}
+    for user in p.users:
+        types[user.user_id] = "user_id"
+        types[user.email] = "email"
+    types.update(dict.fromkeys(p.order_ids, "order_id"))
+    types.update(dict.fromkeys(p.credit_cards + p.gift_cards + p.paypals, "payment_method_id"))
+    types.update(dict.fromkeys(p.product_ids.values(), "product_id"))
+    types.update(dict.fromkeys((v.item_id for v in p.variants), "item_id"))
+    types.update(dict.fromkeys(p.zips, "zip"))
+    return types
+
+
 def atomic_vocabulary() -> list[str]:
     """Every pool string an agent may have to copy; the domain tokenizer makes each one token."""
     p = pools()

@@ -19,6 +19,7 @@ class KnobsConfig:
 @dataclass
 class BootstrapConfig:
     env: str = "trace/retail-sim-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {n_intents: 1} for a curriculum stage
     preset: str = "tiny"
     vocab_size: int = 1024
     tokenizer_episodes: int = 1500
@@ -31,6 +32,10 @@ class BootstrapConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    # Auxiliary copy loss: next-token loss, at this weight, on entity ids outside assistant turns that
+    # already occurred earlier in the episode (tool results echo the ids they were called with). These
+    # targets are pure copies, so they train the copy circuit densely without teaching tool output.
+    copy_loss_weight: float = 0.0
     max_len: int = 2048
     seed: int = 0
     threads: int = 1

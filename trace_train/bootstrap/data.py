@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary, split_seeds
+from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary, entity_id_types, split_seeds
 from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
@@ -26,6 +26,7 @@ class Example:
     ids: list[int]
     loss_mask: list[int]
     seed: int
+    copy_mask: list[int] | None = None  # 1 where the target is an entity id repeated outside an assistant turn
 
 
 def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
@@ -33,9 +34,30 @@ def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
     return ScriptedRolloutBackend(lambda seed: ScriptedExpert(knobs, seed=seed))
 
 
-def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int]) -> list[TrajectoryRecord]:
+def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int],
+                    env_kwargs: dict | None = None) -> list[TrajectoryRecord]:
+    """Expert episodes on ``cfg.env`` with ``env_kwargs`` (default: the config's own)."""
     backend = expert_backend(cfg)
-    return backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s) for s in seeds])
+    kwargs = dict(cfg.env_kwargs if env_kwargs is None else env_kwargs)
+    return backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s, env_kwargs=kwargs) for s in seeds])
+
+
+def entity_token_ids(tokenizer) -> dict[int, str]:
+    """Token id -> entity type for every pool entity id (each is one token of the domain tokenizer)."""
+    types = entity_id_types()
+    return dict(zip(tokenizer.convert_tokens_to_ids(list(types)), types.values()))
+
+
+def copy_mask(ids: Sequence[int], loss_mask: Sequence[int], entity_ids: set[int] | dict[int, str]) -> list[int]:
+    """1 at positions outside the loss mask whose token is an entity id seen earlier in ``ids``."""
+    seen: set[int] = set()
+    out = [0] * len(ids)
+    for t, tok in enumerate(ids):
+        if tok in entity_ids:
+            if tok in seen and not loss_mask[t]:
+                out[t] = 1
+            seen.add(tok)
+    return out
 
 
 def domain_vocabulary() -> list[str]:
@@ -44,7 +66,7 @@ def domain_vocabulary() -> list[str]:
 
 def train_tokenizer(cfg: BootstrapConfig):
     seeds = split_seeds("train", cfg.tokenizer_episodes, offset=TOKENIZER_SEED_OFFSET)
-    records = expert_episodes(cfg, seeds)
+    records = expert_episodes(cfg, seeds, env_kwargs={})  # the target's text, whatever the curriculum
     corpus = [render_chat(r.messages, r.info.get("tools") if cfg.render_tools else None,
                           add_generation_prompt=False) for r in records]
     tokenizer = build_tokenizer(corpus, domain_vocabulary(), vocab_size=cfg.vocab_size, seed=cfg.seed)
@@ -53,9 +75,13 @@ def train_tokenizer(cfg: BootstrapConfig):
     return tokenizer
 
 
-def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig) -> Example:
+def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig,
+           entity_ids: dict[int, str] | None = None) -> Example:
+    """One episode as ids + assistant loss mask (+ the copy mask when ``entity_ids`` is given)."""
     enc = renderer.encode_episode(record.messages, record.info.get("tools") if cfg.render_tools else None)
-    return Example(enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len], record.seed)
+    ids, mask = enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len]
+    copies = copy_mask(ids, mask, entity_ids) if entity_ids is not None else None
+    return Example(ids, mask, record.seed, copies)
 
 
 def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
@@ -65,19 +91,23 @@ def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
 
 
 def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
+    entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
     for step in range(start_step, cfg.last_step):
         records = expert_episodes(cfg, batch_seeds(cfg, step))
-        yield step, [encode(renderer, r, cfg) for r in records]
+        yield step, [encode(renderer, r, cfg, entity_ids) for r in records]
 
 
-def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Right-padded ids, attention mask and loss mask arrays."""
+def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Right-padded ids, attention mask, loss mask and copy mask arrays (copy mask zeros when absent)."""
     width = max(len(e.ids) for e in examples)
     ids = np.full((len(examples), width), pad_id, dtype=np.int64)
     attn = np.zeros((len(examples), width), dtype=np.int64)
     mask = np.zeros((len(examples), width), dtype=np.int64)
+    copies = np.zeros((len(examples), width), dtype=np.int64)
     for row, e in enumerate(examples):
         ids[row, : len(e.ids)] = e.ids
         attn[row, : len(e.ids)] = 1
         mask[row, : len(e.loss_mask)] = e.loss_mask
-    return ids, attn, mask
+        if e.copy_mask is not None:
+            copies[row, : len(e.copy_mask)] = e.copy_mask
+    return ids, attn, mask, copies

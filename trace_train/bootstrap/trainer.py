@@ -43,15 +43,24 @@ def lr_at(cfg: BootstrapConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
 
-def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                   copies: torch.Tensor | None = None, copy_weight: float = 0.0) -> torch.Tensor:
     """Cross-entropy of next-token prediction on positions whose *target* has loss mask 1.
 
-    The LM head runs only on those positions (assistant tokens are ~20 % of an episode).
+    With ``copy_weight`` > 0, plus that weight times the mean cross-entropy on the targets marked by
+    ``copies`` (entity ids repeated outside assistant turns; see ``BootstrapConfig.copy_loss_weight``).
+    The LM head runs only on the selected positions (assistant tokens are ~20 % of an episode).
     """
-    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
+    targets = ids[:, 1:]
     select = mask[:, 1:].bool()
-    logits = model.lm_head(hidden[:, :-1][select])
-    return torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][select])
+    loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[select]).float(), targets[select])
+    if copy_weight and copies is not None:
+        copy_select = copies[:, 1:].bool()
+        if copy_select.any():
+            copy_logits = model.lm_head(hidden[copy_select]).float()
+            loss = loss + copy_weight * torch.nn.functional.cross_entropy(copy_logits, targets[copy_select])
+    return loss
 
 
 def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
@@ -130,10 +139,10 @@ class Bootstrapper:
         with Progress(*columns, disable=not progress) as bar:
             task = bar.add_task("bc", total=cfg.last_step, completed=start_step, loss="-")
             for step, examples in batches(cfg, renderer, start_step):
-                ids, attn, mask = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
+                ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(cfg, step)
-                loss = masked_lm_loss(model, ids, attn, mask)
+                loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -54,6 +54,8 @@ class PolicySummary:
     mean_reward: float
     per_capability: dict[str, RateCI] = field(default_factory=dict)
     pass_k: dict[int, float] = field(default_factory=dict)
+    # Id arguments of tool calls that name a real entity (envs that report ``id_args_total``; else None).
+    id_args_valid: RateCI | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -62,6 +64,7 @@ class PolicySummary:
             "mean_reward": self.mean_reward,
             "per_capability": {c: r.to_dict() for c, r in self.per_capability.items()},
             "pass_k": {str(k): v for k, v in self.pass_k.items()},
+            "id_args_valid": None if self.id_args_valid is None else self.id_args_valid.to_dict(),
         }
 
 
@@ -78,10 +81,14 @@ def summarize(records: Iterable[TrajectoryRecord], policy: str | None = None, ma
             by_cap[cap].append(record.success)
         by_task[(record.env_id, record.seed)].append(record.success)
     min_trials = min((len(v) for v in by_task.values()), default=0)
+    reporting = [r for r in records if "id_args_total" in r.info]
+    id_args = RateCI(sum(int(r.info.get("id_args_valid", 0)) for r in reporting),
+                     sum(int(r.info["id_args_total"]) for r in reporting)) if reporting else None
     return PolicySummary(
         policy=policy or (records[0].policy if records else "?"),
         overall=RateCI(sum(r.success for r in records), len(records)),
         mean_reward=sum(r.reward for r in records) / len(records) if records else 0.0,
         per_capability={c: RateCI(sum(v), len(v)) for c, v in sorted(by_cap.items())},
         pass_k={k: pass_hat_k(by_task, k) for k in range(1, min(max_k, min_trials) + 1)},
+        id_args_valid=id_args,
     )

@@ -46,6 +46,10 @@ def comparison_table(results: dict[str, dict[str, Any]], title: str) -> Table:
         table.add_row(label, *("–" if c is None else f"{c['rate']:.2f} [{c['low']:.2f}, {c['high']:.2f}] n={c['n']}"
                                for c in cells.values()))
     table.add_row("mean reward", *(f"{r['mean_reward']:.3f}" for r in results.values()))
+    if any(r.get("id_args_valid") for r in results.values()):
+        table.add_row("id args valid", *("–" if not r.get("id_args_valid") else
+                                         f"{r['id_args_valid']['rate']:.2f} n={r['id_args_valid']['n']}"
+                                         for r in results.values()))
     for k in sorted({k for r in results.values() for k in r["pass_k"]}):
         table.add_row(f"pass^{k}", *(f"{r['pass_k'].get(k, float('nan')):.3f}" for r in results.values()))
     return table

@@ -45,6 +45,7 @@ class EvalStageConfig:
     trials: int = 1
     curve_episodes: int = 100  # per checkpoint of the sample-efficiency curves
     batch_episodes: int = 32
+    greedy: bool = False  # evaluate every policy with greedy decoding (rollouts and training still sample)
 
 
 @dataclass

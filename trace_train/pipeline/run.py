@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,7 @@ class Pipeline:
         if "prompted" in self.cfg.baselines:
             suffix = capability_prompt(self.run_dir / "analysis" / "selected_capabilities.json", list(trained))
             policies["prompted"] = base_spec(self.cfg, model, name="prompted", system_suffix=suffix)
+        policies = {name: replace(spec, greedy=e.greedy) for name, spec in policies.items()}
         results = evaluate_policies(policies, self.cfg.target_env, e.split, e.episodes, e.trials, out_dir=out,
                                     batch=e.batch_episodes)
         print_comparison(results, title=f"held-out {self.cfg.target_env} ({e.episodes} seeds x {e.trials})")

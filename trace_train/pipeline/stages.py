@@ -88,7 +88,8 @@ def grpo_run(cfg: PipelineConfig, grpo_cfg: Any, model_dir: str, env: str | dict
     versions = [
         {"iteration": it, "rollouts": it * gcfg.groups_per_iter * gcfg.group_size,
          "dir": str(versioned_dir(out_dir, adapter, it))}
-        for it in range(gcfg.checkpoint_every, iterations + 1, gcfg.checkpoint_every)
+        # the trainer saves every checkpoint_every iterations and at the end
+        for it in sorted({*range(gcfg.checkpoint_every, iterations + 1, gcfg.checkpoint_every), iterations})
         if versioned_dir(out_dir, adapter, it).exists()
     ]
     return {"adapter": adapter, "adapter_dir": versions[-1]["dir"], "versions": versions,
@@ -154,7 +155,8 @@ def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, 
         e = cfg.eval
         points = []
         for version in target["versions"]:
-            spec = base_spec(cfg, model_dir, name=f"grpo_target@{version['iteration']}", adapter=version["dir"])
+            spec = replace(base_spec(cfg, model_dir, name=f"grpo_target@{version['iteration']}",
+                                     adapter=version["dir"]), greedy=e.greedy)
             s = summarize(play(spec, cfg.target_env, e.split, e.curve_episodes, batch=e.batch_episodes)).overall
             points.append([float(version["rollouts"]), s.rate, *s.interval])
         curves["GRPO on target"] = points

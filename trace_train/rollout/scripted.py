@@ -7,6 +7,7 @@ so members of one GRPO group (same env seed) can still differ.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -54,10 +55,11 @@ class ScriptedRolloutBackend:
 
     def __init__(self, policy_factory: Callable[[int], ScriptedPolicy]):
         self.policy_factory = policy_factory
-        self._envs: dict[tuple[str, tuple], gym.Env] = {}
+        self._envs: dict[tuple[str, str], gym.Env] = {}
 
     def _env(self, request: EpisodeRequest) -> gym.Env:
-        key = (request.env_id, tuple(sorted(request.env_kwargs.items())))
+        # JSON keys the cache so list- or dict-valued kwargs (``kinds=[...]``) work too.
+        key = (request.env_id, json.dumps(request.env_kwargs, sort_keys=True, default=str))
         if key not in self._envs:
             self._envs[key] = gym.make(request.env_id, **request.env_kwargs)
         return self._envs[key]
