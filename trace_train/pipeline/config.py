@@ -36,6 +36,8 @@ class ComposeStageConfig:
     lb_weight: float = 0.001
     label_weight: float = 0.5
     top_k: int = 1
+    init: str = "base_bias"  # gate init: base_bias (every token starts on the base slot) | zero
+    base_bias: float = 5.0   # the paper's base-slot bias
 
 
 @dataclass

@@ -124,7 +124,8 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
 
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
-                                             GateConfig(top_k=cfg.compose.top_k), adapter_names=names)
+                                             GateConfig(top_k=cfg.compose.top_k, init=cfg.compose.init,
+                                                        base_bias=cfg.compose.base_bias), adapter_names=names)
     examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability)
     if not examples:
         return {"skipped": "no successful capability-env rollouts to train the gates on"}
@@ -139,7 +140,7 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     write_json_atomic(out_dir / "routing_report.json", report.to_dict())
     write_json_atomic(out_dir / "compose_metrics.json", {"train": metrics.to_dict(), "examples": len(train),
                                                          "held_out": len(held)})
-    return {"composed_dir": str(out_dir / "composed"), "routing_accuracy": report.to_dict().get("accuracy")}
+    return {"composed_dir": str(out_dir / "composed"), "routing_accuracy": report.to_dict().get("token_accuracy")}
 
 
 def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, trace_summary: dict[str, Any],
