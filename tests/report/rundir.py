@@ -89,5 +89,6 @@ def build_run_dir(root: Path) -> Path:
                    "synthesize": {"status": "done", "wall_s": 12.5, "hash": "0a0b"},
                    "train": {"status": "done", "wall_s": 140.0, "hash": "77"},
                    "compose": {"status": "done", "wall_s": 30.0, "hash": "88"},
-                   "eval": {"status": "done", "wall_s": 20.0, "hash": "99"}}})
+                   "eval": {"status": "done", "wall_s": 20.0, "hash": "99"},
+                   "report": {"status": "running", "wall_s": 0.0, "hash": "aa"}}})
     return run

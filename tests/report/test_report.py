@@ -185,3 +185,8 @@ def test_routing_falls_back_to_compose_metrics_and_flags_collapse(tmp_path: Path
     (run / "compose" / "compose_metrics.json").write_text(json.dumps({"train": {}, "routing": routing}))
     section = section_html(build_report(run).read_text(encoding="utf-8"), "routing")
     assert "Routing collapse onto slot <b>base</b>" in section and "0.950" in section
+
+
+def test_the_report_stage_reads_as_this_page_not_running(page: str):
+    stages = section_html(page, "pipeline")
+    assert "this page" in stages and ">running<" not in stages

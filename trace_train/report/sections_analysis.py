@@ -9,7 +9,7 @@ from trace_train.report.html_util import Raw, badge, fmt, not_run, section, tabl
 from trace_train.report.loaders import RunData, first_num, num
 from trace_train.report.svg import esc, run_strip, value_bar
 
-STATUS_KIND = {"done": "ok", "skipped": "muted", "failed": "bad", "running": "warn"}
+STATUS_KIND = {"done": "ok", "skipped": "muted", "failed": "bad", "running": "warn", "this page": "ok"}
 
 
 def pipeline_section(run: RunData) -> str:
@@ -23,6 +23,8 @@ def pipeline_section(run: RunData) -> str:
     for name, entry in stages.items():
         entry = entry if isinstance(entry, dict) else {}
         status = str(entry.get("status", "unknown"))
+        if name == "report" and status == "running":
+            status = "this page"  # the report is written while its own stage runs
         wall = num(entry.get("wall_s"))
         rows.append((name, Raw(badge(status, STATUS_KIND.get(status, "muted"))),
                      None if wall is None else f"{wall:,.1f} s",
