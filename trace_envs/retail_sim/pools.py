@@ -162,11 +162,6 @@ def entity_id_types() -> dict[str, str]:
 def atomic_vocabulary() -> list[str]:
     """Every pool string an agent may have to copy; the domain tokenizer makes each one token."""
     p = pools()
-    words: list[str] = []
-    for user in p.users:
-        words += [user.user_id, user.email]
-    words += list(p.order_ids) + list(p.credit_cards) + list(p.gift_cards) + list(p.paypals)
-    words += list(p.product_ids.values()) + [v.item_id for v in p.variants]
-    words += list(p.zips) + list(p.address_lines) + list(p.suites)
-    words += list(FIRST_NAMES) + list(LAST_NAMES)
+    # The order fixes the tokenizer's ids of these tokens: entity ids first, then address parts and names.
+    words = [*entity_id_types(), *p.address_lines, *p.suites, *FIRST_NAMES, *LAST_NAMES]
     return list(dict.fromkeys(words))

@@ -191,12 +191,17 @@ class HFRolloutBackend:
         outs = generate_turn(self.model, [ep.ids for ep in live], budgets, sampling,
                              [ep.generator for ep in live], self.stop_ids, self.pad_id, self.device)
         for ep, out in zip(live, outs):
-            ep.turns.append([len(ep.ids), len(out.ids)])
-            ep.append(out.ids, 1, out.logprobs)
-            text_ids = out.ids[:-1] if out.ids and out.ids[-1] == self.end_id else out.ids
-            if not out.ids or out.ids[-1] != self.end_id:
-                ep.append([self.end_id], 0)
-            self._env_step(ep, self.renderer.decode(text_ids))
+            self._apply_turn(ep, out.ids, out.logprobs)
+
+    def _apply_turn(self, ep: _Episode, ids: list[int], logprobs: Sequence[float]) -> None:
+        """Append one sampled turn (policy tokens, loss mask 1), close it with the end token if the
+        sampler did not (mask 0), and step the env with its text."""
+        ep.turns.append([len(ep.ids), len(ids)])
+        ep.append(ids, 1, logprobs)
+        text_ids = ids[:-1] if ids and ids[-1] == self.end_id else ids
+        if not ids or ids[-1] != self.end_id:
+            ep.append([self.end_id], 0)
+        self._env_step(ep, self.renderer.decode(text_ids))
 
     def _env_step(self, ep: _Episode, text: str) -> None:
         parsed = parse_assistant_text(text)

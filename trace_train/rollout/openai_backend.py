@@ -121,6 +121,7 @@ class OpenAIRolloutBackend:
     # The episode bookkeeping is the hf backend's, so both produce identical records.
     _start = HFRolloutBackend._start
     _check_context = HFRolloutBackend._check_context
+    _apply_turn = HFRolloutBackend._apply_turn
     _env_step = HFRolloutBackend._env_step
     _sync_call_ids = staticmethod(HFRolloutBackend._sync_call_ids)
     _record = HFRolloutBackend._record
@@ -267,9 +268,4 @@ class OpenAIRolloutBackend:
             futures.append(pool.submit(self.complete, server, self._body(ep, served, budget, sampling)))
         outs = [f.result() for f in futures]
         for (ep, _), out in zip(live, outs):
-            ep.turns.append([len(ep.ids), len(out.ids)])
-            ep.append(out.ids, 1, out.logprobs)
-            text_ids = out.ids[:-1] if out.ids and out.ids[-1] == self.end_id else out.ids
-            if not out.ids or out.ids[-1] != self.end_id:
-                ep.append([self.end_id], 0)
-            self._env_step(ep, self.renderer.decode(text_ids))
+            self._apply_turn(ep, out.ids, out.logprobs)
