@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trace_train.bootstrap import trainer as bc
-from trace_train.bootstrap.config import BootstrapConfig
+from trace_train.bootstrap.config import BootstrapConfig, env_data_version
 from trace_train.bootstrap.data import (
     Example,
     batch_seeds,
@@ -93,6 +93,16 @@ def test_stop_step_keeps_the_schedule_of_the_full_run():
     assert stopped.last_step == 40 and bc.lr_at(full, 39) == bc.lr_at(stopped, 39)
     assert full.content_hash() != stopped.content_hash()
     assert BootstrapConfig(time_budget_min=5).content_hash() == BootstrapConfig(time_budget_min=50).content_hash()
+
+
+def test_the_hash_follows_the_data_version_of_the_env(monkeypatch):
+    from trace_envs.retail_sim.env import RetailSimEnv
+
+    assert env_data_version("trace/retail-sim-v0") == RetailSimEnv.data_version
+    assert env_data_version("CartPole-v1") == 1  # an env that declares no version
+    before = BootstrapConfig().content_hash()
+    monkeypatch.setattr(RetailSimEnv, "data_version", RetailSimEnv.data_version + 1)
+    assert BootstrapConfig().content_hash() != before  # a changed episode generator retrains, not reuses
 
 
 def test_copy_mask_marks_repeated_entity_ids_outside_assistant_turns():

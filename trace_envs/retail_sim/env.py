@@ -116,6 +116,9 @@ class RetailSimEpisode(Episode):
 class RetailSimEnv(ToolUseEnv):
     """The built-in retail-sim target. ``n_intents``/``kinds`` pin the task mix (tests, curricula)."""
 
+    # Bumped whenever the episodes a seed produces change; caches of data-trained models key on it.
+    data_version = 1
+
     def __init__(self, max_steps: int = 30, max_errors: int = 5, n_intents: int | None = None,
                  kinds: list[str] | None = None, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)

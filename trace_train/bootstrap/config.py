@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+def env_data_version(env_id: str) -> int:
+    """The ``data_version`` class attribute of a registered env (1 when it declares none)."""
+    import gymnasium as gym
+
+    import trace_envs  # noqa: F401  (registers the ids)
+
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str):
+        module, _, name = entry_point.partition(":")
+        entry_point = getattr(importlib.import_module(module), name)
+    return int(getattr(entry_point, "data_version", 1))
 
 
 @dataclass
@@ -72,4 +86,7 @@ class BootstrapConfig:
             relevant.pop(key)
         if self.init_from:
             relevant["init_from"] = self.parent.content_hash()
+        version = env_data_version(self.env)
+        if version != 1:  # version-1 envs keep the hashes they had before versions existed
+            relevant["env_data_version"] = version
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
