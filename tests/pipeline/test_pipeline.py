@@ -33,6 +33,9 @@ def _pipeline(run_dir: Path, policy: Path, *extra: str):
         "pipeline.train.checkpoint_every=1",
         "pipeline.eval.episodes=3", "pipeline.eval.curve_episodes=2", "pipeline.policy.max_new_tokens=24",
         "analysis.n_runs=3", "analysis.k=2", "synthesis.n_seeds=6", "synthesis.group_size=4",
+        # calibrate against the (untrained) base itself, as the quick preset does: every candidate is too
+        # hard for it, so the first is emitted anyway
+        "synthesis.policy.kind=model", "synthesis.accept_closest=true", "synthesis.search.stop_when_too_hard=true",
         "grpo.progress=false", *extra,
     ]
     return subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=run_dir.parent)
@@ -53,6 +56,8 @@ def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
     assert (run_dir / "analysis" / "selected_capabilities.json").exists()
     manifest = json.loads((run_dir / "synthesis" / "manifest.json").read_text())
     assert {e["capability"] for e in manifest["envs"]} == {"precondition_verification", "multi_step_task_completion"}
+    assert stages["synthesis"]["outputs"]["calibrated_with"] == "model"
+    assert all(e["search_trials"] == 1 and not e["passed_gate"] for e in manifest["envs"])
     evaluation = json.loads((run_dir / "eval" / "eval.json").read_text())
     assert {"base", "precondition_verification", "multi_step_task_completion", "grpo_target", "prompted"} <= set(
         evaluation["policies"])

@@ -23,6 +23,19 @@ def test_skip_rerun_force_and_resume(tmp_path):
     assert state["stages"]["train"]["status"] == "done"
 
 
+def test_changed_or_forced_stage_never_resumes_what_other_inputs_left(tmp_path):
+    def train(out_dir):
+        checkpoint = out_dir / "checkpoint"
+        resumed = checkpoint.exists()
+        checkpoint.write_text("iteration 15")
+        return {"resumed": resumed}
+
+    assert StageRunner(tmp_path).run("train/a", "h1", train) == {"resumed": False}
+    assert StageRunner(tmp_path).run("train/a", "h2", train) == {"resumed": False}  # inputs changed
+    assert StageRunner(tmp_path, force={"train/a"}).run("train/a", "h2", train) == {"resumed": False}
+    assert (tmp_path / "train" / "a" / "checkpoint").exists()
+
+
 def test_interrupted_stage_is_recorded_and_resumed(tmp_path):
     attempts = {"n": 0}
 

@@ -2,12 +2,14 @@
 
 from trace_envs.synthesis.calibrate import (
     CalibrationStats,
+    Collector,
     SearchResult,
     Trial,
     calibrate_env,
     gate_failures,
     group_statistics,
     pass_at_k,
+    scripted_collector,
     scripted_policy_factory,
     search_knobs,
 )
@@ -15,7 +17,7 @@ from trace_envs.synthesis.config import GateConfig, PolicyConfig, SearchConfig, 
 from trace_envs.synthesis.emit import SelectedCapability, SynthesisReport, emit, read_selected, synthesize
 
 __all__ = [
-    "CalibrationStats", "GateConfig", "PolicyConfig", "SearchConfig", "SearchResult", "SelectedCapability",
+    "CalibrationStats", "Collector", "GateConfig", "PolicyConfig", "SearchConfig", "SearchResult", "SelectedCapability",
     "SynthesisConfig", "SynthesisReport", "Trial", "calibrate_env", "emit", "gate_failures", "group_statistics",
-    "pass_at_k", "read_selected", "scripted_policy_factory", "search_knobs", "synthesize",
+    "pass_at_k", "read_selected", "scripted_collector", "scripted_policy_factory", "search_knobs", "synthesize",
 ]

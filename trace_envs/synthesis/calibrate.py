@@ -1,10 +1,12 @@
 """Calibration (paper §3.4): G rollouts x S seeds of a policy on an env, group statistics, the gate,
 and a bounded, logged search over a family's difficulty knobs until the gate passes.
 
-A *policy factory* maps a group member index to a fresh policy with ``reset(obs, info, seed)`` and
-``act(obs) -> str`` (the scripted experts; a model backend can plug in the same way). Every member
-of a group plays the same env seed, so a group's spread comes only from the members' own randomness:
-seed member policies differently (``scripted_policy_factory`` does).
+A *collector* plays the rollouts: ``(env id, env kwargs, seeds, group size) -> (rewards, successes)``,
+each a seeds x group-size matrix. ``scripted_collector`` plays a *policy factory* (group member index
+-> a fresh policy with ``reset(obs, info, seed)`` and ``act(obs) -> str``: the scripted experts);
+the paper calibrates against the base model, whose collector (``trace_train.calibration``) plays the
+same requests through a batched rollout backend. Every member of a group plays the same env seed,
+so a group's spread comes only from the members' own randomness: members are seeded differently.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 PolicyFactory = Callable[[int], Policy]
+Collector = Callable[[str, dict[str, Any], list[int], int], tuple[np.ndarray, np.ndarray]]
 
 
 def scripted_policy_factory(knobs: dict[str, float], seed: int = 0) -> PolicyFactory:
@@ -122,9 +125,26 @@ def collect(env: gym.Env, policy_factory: PolicyFactory, seeds: list[int], group
     return rewards, successes
 
 
-def calibrate_env(env: gym.Env, policy_factory: PolicyFactory, cfg: SynthesisConfig) -> CalibrationStats:
+def scripted_collector(policy_factory: PolicyFactory) -> Collector:
+    """A collector that plays ``policy_factory``'s policies one episode at a time."""
+    def run(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+        env = gym.make(env_id, **env_kwargs)
+        try:
+            return collect(env, policy_factory, seeds, group_size)
+        finally:
+            env.close()
+    return run
+
+
+def calibrate_env(env_id: str, env_kwargs: dict[str, Any], collector: Collector, cfg: SynthesisConfig
+                  ) -> CalibrationStats:
+    """Group statistics of ``cfg.n_seeds`` x ``cfg.group_size`` collected rollouts on one env."""
     seeds = list(range(cfg.seed_offset, cfg.seed_offset + cfg.n_seeds))
-    rewards, successes = collect(env, policy_factory, seeds, cfg.group_size)
+    rewards, successes = collector(env_id, dict(env_kwargs), seeds, cfg.group_size)
+    if np.shape(rewards) != (len(seeds), cfg.group_size) or np.shape(successes) != np.shape(rewards):
+        raise ValueError(f"collector returned shapes {np.shape(rewards)} / {np.shape(successes)}, "
+                         f"expected {(len(seeds), cfg.group_size)}")
     return group_statistics(rewards, successes, cfg.pass_k)
 
 
@@ -162,24 +182,26 @@ class SearchResult:
                 "trials": [t.to_dict() for t in self.trials]}
 
 
-def make_family_env(capability: str, domain: str, knobs: dict[str, Any]) -> gym.Env:
+def family_env_id(capability: str) -> str:
     if capability not in FAMILIES:
         raise KeyError(f"no env family for capability {capability!r}; families: {sorted(FAMILIES)}")
-    return gym.make(f"trace/{capability}-v0", domain=domain, **knobs)
+    return f"trace/{capability}-v0"
 
 
 def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFactory | None = None,
-                 on_trial: Callable[[Trial], None] | None = None) -> SearchResult:
-    """Try the configured difficulty candidates in order (at most ``max_trials``); stop at the first pass."""
-    factory = policy_factory or scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed)
+                 on_trial: Callable[[Trial], None] | None = None, collector: Collector | None = None
+                 ) -> SearchResult:
+    """Try the configured difficulty candidates in order (at most ``max_trials``); stop at the first pass.
+
+    Rollouts come from ``collector`` when given, else from ``policy_factory``'s policies, else from the
+    scripted expert of ``cfg.policy``."""
+    if collector is None:
+        collector = scripted_collector(policy_factory or scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed))
+    env_id = family_env_id(capability)
     candidates = cfg.search.candidates.get(capability) or [{}]
     trials: list[Trial] = []
     for knobs in candidates[: cfg.search.max_trials]:
-        env = make_family_env(capability, cfg.domain, knobs)
-        try:
-            stats = calibrate_env(env, factory, cfg)
-        finally:
-            env.close()
+        stats = calibrate_env(env_id, {"domain": cfg.domain, **knobs}, collector, cfg)
         trial = Trial(dict(knobs), stats, gate_failures(stats, cfg.gate))
         logger.info("calibrate %s %s: reward %.3f success %.3f std %.3f -> %s", capability, knobs,
                     stats.mean_reward, stats.success_rate, stats.reward_std, "PASS" if trial.passed else trial.failures)
@@ -188,4 +210,11 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
             on_trial(trial)
         if trial.passed:
             return SearchResult(capability, cfg.domain, trials, trial)
+        if cfg.search.stop_when_too_hard and too_hard(stats, cfg.gate):
+            logger.info("calibrate %s: %s is already too hard; harder candidates skipped", capability, knobs)
+            break
     return SearchResult(capability, cfg.domain, trials, None)
+
+
+def too_hard(stats: CalibrationStats, gate: GateConfig) -> bool:
+    return stats.success_rate < gate.success_min and stats.mean_reward < gate.reward_min

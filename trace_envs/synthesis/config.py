@@ -20,18 +20,35 @@ class GateConfig:
     max_constant: float = 0.5
 
 
+POLICY_KINDS = ("scripted", "model")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
+    """The calibration policy: the scripted expert with ``knobs``, or a model (the paper: the base model).
+
+    ``model``: a local HF directory (the pipeline fills in its base model); sampled at ``temperature``."""
+
     kind: str = "scripted"
     seed: int = 0
     knobs: dict[str, float] = field(default_factory=lambda: {
         "precondition": 0.5, "structured": 0.5, "multi_step": 0.5, "precision": 0.5})
+    model: str | None = None
+    render_tools: bool = False
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise ValueError(f"synthesis.policy.kind must be one of {POLICY_KINDS}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     max_trials: int = 8
     candidates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Candidates run easy -> hard: once one is too hard (success and mean reward below the gate), the
+    # harder ones cannot pass either, so the search may stop there.
+    stop_when_too_hard: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,7 @@ class SynthesisConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    accept_closest: bool = False  # emit a capability at its closest setting when no candidate passes the gate
 
     def __post_init__(self) -> None:
         if self.n_seeds < 1 or self.group_size < 1:

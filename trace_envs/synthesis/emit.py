@@ -4,7 +4,7 @@ For each selected capability with a family: search the difficulty knobs until th
 passes, then write ``<dir>/<capability>_<domain>.py`` (registers ``trace/<capability>-<domain>-v0``
 with the calibrated knobs) and its manifest entry, both atomically. A capability without a family is
 reported (it needs the LLM-driven env generator) and the others proceed; a capability whose gate
-cannot be met is reported with the closest statistics and is not emitted.
+cannot be met is reported with the closest statistics and is not emitted (unless ``accept_closest``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Callable
 from trace_envs.atomic_io import write_text_atomic
 from trace_envs.families import FAMILIES
 from trace_envs.registry import NAMESPACE, unregister_env
-from trace_envs.synthesis.calibrate import PolicyFactory, SearchResult, Trial, search_knobs
+from trace_envs.synthesis.calibrate import Collector, PolicyFactory, SearchResult, Trial, search_knobs
 from trace_envs.synthesis.config import SynthesisConfig
 
 logger = logging.getLogger(__name__)
@@ -105,18 +105,22 @@ def render_module(capability: str, domain: str, knobs: dict[str, Any], trial: Tr
 
 
 def emit(capability: str, result: SearchResult, out_dir: str | os.PathLike, description: str = "",
-         source: str = "") -> dict[str, Any]:
-    """Write the module and its manifest entry (atomically); returns the entry."""
-    if result.chosen is None:
+         source: str = "", trial: Trial | None = None) -> dict[str, Any]:
+    """Write the module and its manifest entry (atomically); returns the entry.
+
+    ``trial`` overrides the passing trial (``accept_closest``: the gate never passed)."""
+    chosen = trial or result.chosen
+    if chosen is None:
         raise ValueError(f"{capability}: calibration did not pass; refusing to emit")
     out = Path(out_dir)
-    knobs = dict(result.chosen.knobs)
+    knobs = dict(chosen.knobs)
     module = module_filename(capability, result.domain)
-    atomic_write_text(out / module, render_module(capability, result.domain, knobs, result.chosen, description, source))
+    atomic_write_text(out / module, render_module(capability, result.domain, knobs, chosen, description, source))
     entry = {
         "env_id": env_id(capability, result.domain), "capability": capability, "domain": result.domain,
         "module": module, "entry_point": FAMILIES[capability], "knobs": knobs,
-        "calibration": result.chosen.stats.to_dict(), "search_trials": len(result.trials), "source_run": source,
+        "calibration": chosen.stats.to_dict(), "passed_gate": chosen.passed,
+        "search_trials": len(result.trials), "source_run": source,
     }
     manifest_path = out / MANIFEST
     doc = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {"envs": []}
@@ -144,8 +148,13 @@ class SynthesisReport:
 
 def synthesize(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir: str | os.PathLike,
                source: str = "", policy_factory: PolicyFactory | None = None,
-               on_trial: Callable[[str, Trial], None] | None = None) -> SynthesisReport:
-    """Calibrate and emit one env per selected capability that has a family (see module docstring)."""
+               on_trial: Callable[[str, Trial], None] | None = None,
+               collector: Collector | None = None) -> SynthesisReport:
+    """Calibrate and emit one env per selected capability that has a family (see module docstring).
+
+    Rollouts come from ``collector`` (e.g. the base model), else ``policy_factory``, else the scripted
+    expert of ``cfg.policy``. With ``cfg.accept_closest`` a capability whose gate never passes is still
+    emitted at its closest setting (and listed in ``failed`` with ``emitted: true``)."""
     report = SynthesisReport()
     for cap in selected:
         if cap.name not in FAMILIES:
@@ -154,13 +163,17 @@ def synthesize(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir
             report.no_family.append(cap.name)
             continue
         result = search_knobs(cap.name, cfg, policy_factory,
-                              on_trial=(lambda t, name=cap.name: on_trial(name, t)) if on_trial else None)
+                              on_trial=(lambda t, name=cap.name: on_trial(name, t)) if on_trial else None,
+                              collector=collector)
         report.searches.append(result.to_dict())
+        trial = None
         if not result.passed:
-            closest = result.closest(cfg.gate)
-            logger.warning("capability %r: no difficulty setting passes the calibration gate; closest %s: %s",
-                           cap.name, closest.knobs, closest.failures)
-            report.failed.append({"capability": cap.name, "closest": closest.to_dict()})
-            continue
-        report.emitted.append(emit(cap.name, result, out_dir, cap.description, source))
+            trial = result.closest(cfg.gate)
+            logger.warning("capability %r: no difficulty setting passes the calibration gate; closest %s: %s%s",
+                           cap.name, trial.knobs, trial.failures, " (emitted anyway: accept_closest)"
+                           if cfg.accept_closest else "")
+            report.failed.append({"capability": cap.name, "closest": trial.to_dict(), "emitted": cfg.accept_closest})
+            if not cfg.accept_closest:
+                continue
+        report.emitted.append(emit(cap.name, result, out_dir, cap.description, source, trial=trial))
     return report

@@ -7,20 +7,24 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from trace_envs.synthesis import CalibrationStats, SynthesisConfig, scripted_policy_factory
-from trace_envs.synthesis.calibrate import PolicyFactory
+from trace_envs.synthesis import (
+    CalibrationStats,
+    Collector,
+    SynthesisConfig,
+    scripted_collector,
+    scripted_policy_factory,
+)
 
 
 def synthesis_config(cfg: DictConfig) -> SynthesisConfig:
     return SynthesisConfig.from_dict(OmegaConf.to_container(cfg.synthesis, resolve=True))  # type: ignore[arg-type]
 
 
-def policy_factory(cfg: SynthesisConfig) -> PolicyFactory:
-    """The calibration policy; only the scripted expert is wired into the CLI so far."""
-    if cfg.policy.kind != "scripted":
-        raise ValueError(f"synthesis.policy.kind={cfg.policy.kind!r} is not available from the CLI yet; "
-                         "use 'scripted', or pass a policy factory to trace_envs.synthesis.search_knobs")
-    return scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed)
+def collector(cfg: SynthesisConfig) -> Collector:
+    """The calibration rollouts: the scripted expert of ``synthesis.policy`` or its model."""
+    from trace_train.calibration import collector_for
+
+    return collector_for(cfg) or scripted_collector(scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed))
 
 
 def stats_table(rows: list[tuple[str, dict[str, Any], CalibrationStats, list[str]]]) -> Table:

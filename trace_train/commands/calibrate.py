@@ -13,7 +13,6 @@ import logging
 import sys
 from pathlib import Path
 
-import gymnasium as gym
 import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +22,7 @@ import trace_envs  # noqa: F401  (registers the trace/ ids)
 import trace_train.paths
 from trace_envs.synthesis import calibrate_env, gate_failures, search_knobs
 from trace_envs.synthesis.emit import atomic_write_text
-from trace_train.commands._synthesis_common import policy_factory, stats_table, synthesis_config
+from trace_train.commands._synthesis_common import collector, stats_table, synthesis_config
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +30,12 @@ logger = logging.getLogger(__name__)
 @hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="calibrate", version_base=None)
 def main(cfg: DictConfig) -> None:
     scfg = synthesis_config(cfg)
-    factory = policy_factory(scfg)
+    rollouts = collector(scfg)
     console = Console()
     env_kwargs = OmegaConf.to_container(cfg.env_kwargs, resolve=True) or {}
     if cfg.search:
         capability = str(cfg.env).removeprefix("trace/").removesuffix("-v0")
-        result = search_knobs(capability, scfg, factory)
+        result = search_knobs(capability, scfg, collector=rollouts)
         console.print(stats_table([(capability, t.knobs, t.stats, t.failures) for t in result.trials]))
         doc, passed = result.to_dict(), result.passed
         if not passed:
@@ -44,8 +43,7 @@ def main(cfg: DictConfig) -> None:
             console.print(f"[red]no difficulty setting of {capability} passes the gate[/red]; closest "
                           f"{closest.knobs}: {closest.failures}")
     else:
-        env = gym.make(str(cfg.env), **env_kwargs)
-        stats = calibrate_env(env, factory, scfg)
+        stats = calibrate_env(str(cfg.env), env_kwargs, rollouts, scfg)
         failures = gate_failures(stats, scfg.gate)
         console.print(stats_table([(str(cfg.env), env_kwargs, stats, failures)]))
         doc, passed = {"env": str(cfg.env), "env_kwargs": env_kwargs, "stats": stats.to_dict(),

@@ -24,7 +24,7 @@ import trace_envs  # noqa: F401  (registers the trace/ ids)
 import trace_train.paths
 from trace_envs.synthesis import read_selected, synthesize
 from trace_envs.synthesis.emit import atomic_write_text
-from trace_train.commands._synthesis_common import policy_factory, stats_table, synthesis_config
+from trace_train.commands._synthesis_common import collector, stats_table, synthesis_config
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> None:
     out_dir = Path(to_absolute_path(str(cfg.out_dir))) if cfg.out_dir else _default_out_dir()
     console = Console()
     rows = []
-    report = synthesize(selected, scfg, out_dir, source=selected_path, policy_factory=policy_factory(scfg),
+    report = synthesize(selected, scfg, out_dir, source=selected_path, collector=collector(scfg),
                         on_trial=lambda cap, t: rows.append((cap, t.knobs, t.stats, t.failures)))
     if rows:
         console.print(stats_table(rows))

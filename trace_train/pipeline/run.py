@@ -49,7 +49,7 @@ class Pipeline:
             logger.info("training the configured capabilities %s (analysis selected %s)", cfg.capabilities, selected)
             selected = list(cfg.capabilities)
         h_syn = content_hash(h, asdict(self.synthesis_cfg), cfg.train.max_capabilities, selected)
-        envs = r.run("synthesis", h_syn, lambda d: self._synthesis(selected, d))["envs"]
+        envs = r.run("synthesis", h_syn, lambda d: self._synthesis(selected, model, d))["envs"]
         self._register_emitted()
         h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), asdict(cfg.policy))
         trained = {cap: r.run(f"train/{cap}", content_hash(h_train, cap),
@@ -90,18 +90,22 @@ class Pipeline:
         logger.info("selected capabilities: %s", names or "none")
         return {"selected": names, "path": str(out / "selected_capabilities.json")}
 
-    def _synthesis(self, selected: list[str], out: Path) -> dict[str, Any]:
+    def _synthesis(self, selected: list[str], model: str, out: Path) -> dict[str, Any]:
         from trace_envs.synthesis import read_selected, synthesize
         from trace_envs.synthesis.emit import SelectedCapability
+        from trace_train.calibration import collector_for
 
         analysed = {c.name: c for c in read_selected(self.run_dir / "analysis" / "selected_capabilities.json")}
         chosen = [analysed.get(name) or SelectedCapability(name=name, description="(configured)")
                   for name in selected][: self.cfg.train.max_capabilities]
-        report = synthesize(chosen, self.synthesis_cfg, out, source=str(self.run_dir))
+        # synthesis.policy.kind=model calibrates against the pipeline's own base policy (paper §3.4)
+        collector = collector_for(self.synthesis_cfg, base_spec(self.cfg, model, name="calibration"))
+        report = synthesize(chosen, self.synthesis_cfg, out, source=str(self.run_dir), collector=collector)
         envs = {e["capability"]: e["env_id"] for e in report.emitted}
         if report.no_family:
             logger.warning("no env family for %s (needs the LLM env generator); skipped", report.no_family)
-        return {"envs": envs, "no_family": report.no_family, "failed": report.failed}
+        return {"envs": envs, "no_family": report.no_family, "failed": report.failed,
+                "calibrated_with": self.synthesis_cfg.policy.kind}
 
     def _register_emitted(self) -> None:
         import generated_envs

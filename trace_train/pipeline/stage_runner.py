@@ -2,8 +2,9 @@
 
 ``pipeline.json`` records each stage's status, the hash of its inputs (its config plus the hashes of
 the stages it reads) and its outputs. A stage reruns when its hash changed, when it never finished,
-or when forced (``force=<stage>``); an interrupted stage's function is called again and resumes from
-what it left in its folder (checkpoints), so a kill loses at most the iteration in progress.
+or when forced (``force=<stage>``). A changed or forced stage starts from an empty folder; an
+interrupted stage with unchanged inputs is called again and resumes from what it left in its folder
+(checkpoints), so a kill loses at most the iteration in progress.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +60,14 @@ class StageRunner:
             record["last_action"] = "skipped"
             self._save()
             return record["outputs"]
-        if record and record.get("hash") not in (None, inputs_hash):
-            logger.info("stage %s: inputs changed, rerunning", name)
         stage_dir = self.run_dir / name
+        stale = record is not None and (record.get("hash") != inputs_hash or name in self.force)
+        if stale:
+            # Whatever the folder holds (checkpoints above all) belongs to other inputs: never resume it.
+            logger.info("stage %s: %s, rerunning from scratch", name,
+                        "forced" if name in self.force else "inputs changed")
+            if stage_dir.exists():
+                shutil.rmtree(stage_dir)
         stage_dir.mkdir(parents=True, exist_ok=True)
         previous_wall = record.get("wall_s", 0.0) if record and record.get("hash") == inputs_hash else 0.0
         self.state["stages"][name] = {"status": "running", "hash": inputs_hash, "wall_s": previous_wall}

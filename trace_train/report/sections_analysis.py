@@ -143,5 +143,9 @@ def calibration_section(run: RunData) -> str:
         ))
     headers = ("env", "capability", "domain", "knobs", "seeds×G", "mean reward", "success", "reward std",
                "all-success", "all-zero", "constant", "pass@k", "gate")
+    stage = ((run.pipeline.data or {}).get("stages") or {}).get("synthesis") or {}
+    policy = {"model": "the base model", "scripted": "the scripted expert"}.get(
+        (stage.get("outputs") or {}).get("calibrated_with"), "the calibration policy")
     return section("synthesis", "Synthesized environments", table(headers, rows, "calib"),
-                   "Calibration of the base policy on each emitted env (fractions are over groups).")
+                   f"Calibration rollouts of {policy} on each emitted env (fractions are over groups). "
+                   "Gate “no”: no difficulty setting passed and the closest one was emitted (accept_closest).")
