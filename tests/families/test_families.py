@@ -120,6 +120,27 @@ def test_precondition_reward_table():
     assert _play_actions(env, 2, lambda t: [f"I cannot change order {oid(t)}."], allow)[0] == 0.0
 
 
+def test_act_credit_rewards_the_right_decision_executed_wrong():
+    def sloppy_write(t):  # the gold tool on the requested order, one argument wrong
+        intent = t["intents"][0]
+        if intent["kind"] == "cancel":
+            reason = "ordered by mistake" if intent["reason"] == "no longer needed" else "no longer needed"
+            return format_tool_call("cancel_pending_order", {"order_id": intent["order_id"], "reason": reason})
+        return format_tool_call("return_delivered_order_items", {
+            "order_id": intent["order_id"], "item_ids": [intent["item_id"]], "payment_method_id": "paypal_0"})
+
+    allow, own = {"case": "allow"}, {"case": "ownership"}
+    refuse = lambda t: [f"I cannot change order {t['intents'][0]['order_id']}."]  # noqa: E731
+    credited = gym.make("trace/precondition_verification-v0", act_credit=0.25)
+    assert _play_actions(credited, 2, lambda t: [sloppy_write(t), "Done."], allow)[0] == 0.25
+    assert _play_actions(credited, 2, refuse, allow)[0] == 0.0
+    assert _play_actions(credited, 1, lambda t: [sloppy_write(t), "Done."], own)[0] == 0.0  # must refuse
+    binary = gym.make("trace/precondition_verification-v0")
+    assert _play_actions(binary, 2, lambda t: [sloppy_write(t), "Done."], allow)[0] == 0.0
+    with pytest.raises(ValueError, match="act_credit"):
+        gym.make("trace/precondition_verification-v0", act_credit=0.5)
+
+
 def test_structured_target_is_the_unique_match():
     """Re-derive the answer from the DB and the stated constraints: exactly the gold target fits."""
     for n_constraints in (2, 3, 4):

@@ -31,18 +31,24 @@ ENFORCED_CASES = ("status",)  # refusal cases whose write the tools themselves r
 
 class PreconditionVerificationEnv(FamilyEnv):
     """Difficulty knobs: ``refuse_fraction`` (share of refusal cases), ``unenforced_share`` (share of
-    refusals whose failed precondition only the policy forbids, i.e. a write would succeed)."""
+    refusals whose failed precondition only the policy forbids, i.e. a write would succeed).
+    ``act_credit``: reward of an allowed case whose end state is wrong although the agent did call the
+    gold write tool on the requested entity (it decided right and executed wrong); 0 keeps the reward
+    binary in the decision's outcome, a small value gives the act-or-refuse decision its own signal."""
 
     capability = "precondition_verification"
 
     def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5, unenforced_share: float = 0.7,
-                 max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
+                 act_credit: float = 0.0, max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         for name, value in (("refuse_fraction", refuse_fraction), ("unenforced_share", unenforced_share)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if not 0.0 <= act_credit < 0.5:
+            raise ValueError(f"act_credit must be in [0, 0.5) (below a bare refusal's 0.5), got {act_credit}")
         self.refuse_fraction = refuse_fraction
         self.unenforced_share = unenforced_share
+        self.act_credit = act_credit
         refusals = [c for c in self.domain.guard_cases if c != "allow"]
         self._unenforced = [c for c in refusals if c not in ENFORCED_CASES]
         self._enforced = [c for c in refusals if c in ENFORCED_CASES]
@@ -61,7 +67,8 @@ class PreconditionVerificationEnv(FamilyEnv):
         if options and options.get("case"):
             case = str(options["case"])
         request = self.domain.guarded_request(world, rng, kind, case)
-        difficulty = {"refuse_fraction": self.refuse_fraction, "unenforced_share": self.unenforced_share}
+        difficulty = {"refuse_fraction": self.refuse_fraction, "unenforced_share": self.unenforced_share,
+                      "act_credit": self.act_credit}
         return FamilyTask(case=case, requests=[request], difficulty=difficulty, hazards={"precondition": 1})
 
     def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
@@ -76,6 +83,14 @@ class PreconditionVerificationEnv(FamilyEnv):
             breakdown = {"no_write": float(not wrote), "refused": float(refused), "explained": float(explained)}
         else:
             told = communicated(transcript, [request.entity_id])
-            reward = (1.0 if told else 0.5) if db_ok else 0.0
-            breakdown = {"db": float(db_ok), "communicate": float(told)}
+            acted = _attempted_gold_write(episode, request)
+            reward = (1.0 if told else 0.5) if db_ok else (self.act_credit if acted else 0.0)
+            breakdown = {"db": float(db_ok), "communicate": float(told), "attempted": float(acted)}
         return Score(reward, reward == 1.0, breakdown, {"refused": refused})
+
+
+def _attempted_gold_write(episode: FamilyEpisode, request: Any) -> bool:
+    """Whether the agent called one of the request's gold write tools on the requested entity."""
+    gold_tools = {name for name, _ in request.gold_actions}
+    return any(call["name"] in gold_tools and request.entity_id in map(str, call["arguments"].values())
+               for call in episode.write_calls)
