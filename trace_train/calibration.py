@@ -13,15 +13,7 @@ import numpy as np
 
 from trace_envs.synthesis import Collector, SynthesisConfig
 from trace_train.policies import PolicySpec, build_backend
-from trace_train.rollout.base import EpisodeRequest
-
-
-def calibration_requests(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int,
-                         sample_seed: int = 0) -> list[EpisodeRequest]:
-    """One request per (seed, member); members of a group share the env seed, not the sampler seed."""
-    return [EpisodeRequest(env_id, seed=int(seed), sample_seed=sample_seed * 100_003 + member,
-                           env_kwargs=dict(env_kwargs), group=g)
-            for g, seed in enumerate(seeds) for member in range(group_size)]
+from trace_train.rollout.base import group_requests
 
 
 def model_collector(spec: PolicySpec, batch: int = 64, sample_seed: int = 0) -> Collector:
@@ -32,7 +24,7 @@ def model_collector(spec: PolicySpec, batch: int = 64, sample_seed: int = 0) -> 
 
     def run(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int
             ) -> tuple[np.ndarray, np.ndarray]:
-        requests = calibration_requests(env_id, env_kwargs, seeds, group_size, sample_seed)
+        requests = group_requests(env_id, env_kwargs, seeds, group_size, sample_seed)
         records = run_rollouts(backend, requests, spec.sampling, adapter, batch,
                                label=f"calibrate {env_id.removeprefix('trace/')}")
         shape = (len(seeds), group_size)

@@ -13,8 +13,9 @@ import yaml
 import trace_envs  # noqa: F401
 from trace_envs.synthesis import GateConfig, PolicyConfig, SynthesisConfig, calibrate_env, search_knobs, synthesize
 from trace_envs.synthesis.emit import SelectedCapability
-from trace_train.calibration import calibration_requests, collector_for, model_collector
+from trace_train.calibration import collector_for, model_collector
 from trace_train.policies import PolicySpec
+from trace_train.rollout.base import group_requests
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "checkpoints" / "retail-sim-tiny"
@@ -26,7 +27,7 @@ def cfg():
 
 
 def test_requests_share_the_env_seed_inside_a_group_and_nothing_else():
-    requests = calibration_requests("trace/tool_calling_precision-v0", {"domain": "retail-sim"}, [5, 9], 3)
+    requests = group_requests("trace/tool_calling_precision-v0", {"domain": "retail-sim"}, [5, 9], 3)
     assert [(r.seed, r.group) for r in requests] == [(5, 0)] * 3 + [(9, 1)] * 3
     assert len({r.sample_seed for r in requests}) == 3  # members differ; groups reuse member seeds
     assert all(r.env_kwargs == {"domain": "retail-sim"} for r in requests)

@@ -18,10 +18,9 @@ logger = logging.getLogger(__name__)
 def rollout_requests(env_id: str, env_kwargs: dict, split: str, episodes: int, offset: int = 0,
                      group_size: int = 1) -> list:
     from trace_envs.splits import split_seeds
-    from trace_train.rollout.base import EpisodeRequest
+    from trace_train.rollout.base import group_requests
 
-    return [EpisodeRequest(env_id, seed=s, sample_seed=member, env_kwargs=dict(env_kwargs), group=g)
-            for g, s in enumerate(split_seeds(split, episodes, offset)) for member in range(group_size)]
+    return group_requests(env_id, env_kwargs, split_seeds(split, episodes, offset), group_size)
 
 
 def run_rollouts(backend, requests, sampling, adapter, batch: int, label: str = "rollout"):

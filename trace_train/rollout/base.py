@@ -33,6 +33,15 @@ class EpisodeRequest:
     group: int = 0
 
 
+def group_requests(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int], group_size: int = 1,
+                   sample_seed: int = 0) -> list[EpisodeRequest]:
+    """``group_size`` members per env seed, group ``g`` = the g-th seed; members of a group share the env
+    seed and differ in their sampler seed (``sample_seed * 100_003 + member``)."""
+    return [EpisodeRequest(env_id, seed=int(seed), sample_seed=sample_seed * 100_003 + member,
+                           env_kwargs=dict(env_kwargs), group=g)
+            for g, seed in enumerate(seeds) for member in range(group_size)]
+
+
 class RolloutBackend(Protocol):
     """Plays episodes with a (possibly adapted) policy."""
 
