@@ -36,7 +36,7 @@ def _pipeline(run_dir: Path, policy: Path, *extra: str):
         # calibrate against the (untrained) base itself, as the quick preset does: every candidate is too
         # hard for it, so the first is emitted anyway
         "synthesis.policy.kind=model", "synthesis.accept_closest=true", "synthesis.search.stop_when_too_hard=true",
-        "grpo.progress=false", *extra,
+        "pipeline.baselines=[grpo_target,mixture,sft,prompted]", "grpo.progress=false", *extra,
     ]
     return subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=run_dir.parent)
 
@@ -49,7 +49,8 @@ def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
     state = json.loads((run_dir / "pipeline.json").read_text())
     stages = state["stages"]
     for name in ("bootstrap", "rollouts", "analysis", "synthesis", "train/precondition_verification",
-                 "train/multi_step_task_completion", "baselines/grpo_target", "eval", "report"):
+                 "train/multi_step_task_completion", "baselines/grpo_target", "baselines/mixture", "baselines/sft",
+                 "eval", "report"):
         assert stages[name]["status"] == "done", name
     assert stages["bootstrap"]["outputs"]["source"] == "given"
     assert (run_dir / "rollouts" / "trajectories.jsonl").exists()
@@ -59,8 +60,11 @@ def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
     assert stages["synthesis"]["outputs"]["calibrated_with"] == "model"
     assert all(e["search_trials"] == 1 and not e["passed_gate"] for e in manifest["envs"])
     evaluation = json.loads((run_dir / "eval" / "eval.json").read_text())
-    assert {"base", "precondition_verification", "multi_step_task_completion", "grpo_target", "prompted"} <= set(
-        evaluation["policies"])
+    assert {"base", "precondition_verification", "multi_step_task_completion", "grpo_target", "mixture", "sft",
+            "prompted"} <= set(evaluation["policies"])
+    # every trained baseline gets TRACE's rollout budget: two capabilities x 1 iteration x 2 groups x 2
+    for name in ("grpo_target", "mixture", "sft"):
+        assert stages[f"baselines/{name}"]["outputs"]["rollouts"] == 8, name
     prompted_file = run_dir / "eval" / "trajectories_prompted.jsonl"
     prompted = [json.loads(line) for line in prompted_file.read_text().splitlines()]
     assert "Be careful with:" in prompted[0]["messages"][0]["content"]
