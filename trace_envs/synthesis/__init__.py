@@ -6,6 +6,7 @@ from trace_envs.synthesis.calibrate import (
     SearchResult,
     Trial,
     calibrate_env,
+    expert_collector,
     gate_failures,
     group_statistics,
     pass_at_k,
@@ -17,7 +18,8 @@ from trace_envs.synthesis.config import GateConfig, PolicyConfig, SearchConfig, 
 from trace_envs.synthesis.emit import SelectedCapability, SynthesisReport, emit, read_selected, synthesize
 
 __all__ = [
-    "CalibrationStats", "Collector", "GateConfig", "PolicyConfig", "SearchConfig", "SearchResult", "SelectedCapability",
-    "SynthesisConfig", "SynthesisReport", "Trial", "calibrate_env", "emit", "gate_failures", "group_statistics",
-    "pass_at_k", "read_selected", "scripted_collector", "scripted_policy_factory", "search_knobs", "synthesize",
+    "CalibrationStats", "Collector", "GateConfig", "PolicyConfig", "SearchConfig", "SearchResult",
+    "SelectedCapability", "SynthesisConfig", "SynthesisReport", "Trial", "calibrate_env", "emit", "expert_collector",
+    "gate_failures", "group_statistics", "pass_at_k", "read_selected", "scripted_collector",
+    "scripted_policy_factory", "search_knobs", "synthesize",
 ]

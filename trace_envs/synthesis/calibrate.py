@@ -137,6 +137,11 @@ def scripted_collector(policy_factory: PolicyFactory) -> Collector:
     return run
 
 
+def expert_collector(cfg: SynthesisConfig) -> Collector:
+    """The default collector: the scripted family expert with ``cfg.policy``'s knobs and seed."""
+    return scripted_collector(scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed))
+
+
 def calibrate_env(env_id: str, env_kwargs: dict[str, Any], collector: Collector, cfg: SynthesisConfig
                   ) -> CalibrationStats:
     """Group statistics of ``cfg.n_seeds`` x ``cfg.group_size`` collected rollouts on one env."""
@@ -196,7 +201,7 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
     Rollouts come from ``collector`` when given, else from ``policy_factory``'s policies, else from the
     scripted expert of ``cfg.policy``."""
     if collector is None:
-        collector = scripted_collector(policy_factory or scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed))
+        collector = scripted_collector(policy_factory) if policy_factory else expert_collector(cfg)
     env_id = family_env_id(capability)
     candidates = cfg.search.candidates.get(capability) or [{}]
     trials: list[Trial] = []

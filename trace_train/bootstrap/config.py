@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,14 +11,13 @@ from typing import Any
 def env_data_version(env_id: str) -> int:
     """The ``data_version`` class attribute of a registered env (1 when it declares none)."""
     import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
 
     import trace_envs  # noqa: F401  (registers the ids)
 
     entry_point = gym.spec(env_id).entry_point
-    if isinstance(entry_point, str):
-        module, _, name = entry_point.partition(":")
-        entry_point = getattr(importlib.import_module(module), name)
-    return int(getattr(entry_point, "data_version", 1))
+    env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    return int(getattr(env_class, "data_version", 1))
 
 
 @dataclass

@@ -7,13 +7,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from trace_envs.synthesis import (
-    CalibrationStats,
-    Collector,
-    SynthesisConfig,
-    scripted_collector,
-    scripted_policy_factory,
-)
+from trace_envs.synthesis import CalibrationStats, Collector, SynthesisConfig, expert_collector
 
 
 def synthesis_config(cfg: DictConfig) -> SynthesisConfig:
@@ -24,7 +18,7 @@ def collector(cfg: SynthesisConfig) -> Collector:
     """The calibration rollouts: the scripted expert of ``synthesis.policy`` or its model."""
     from trace_train.calibration import collector_for
 
-    return collector_for(cfg) or scripted_collector(scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed))
+    return collector_for(cfg) or expert_collector(cfg)
 
 
 def stats_table(rows: list[tuple[str, dict[str, Any], CalibrationStats, list[str]]]) -> Table:
