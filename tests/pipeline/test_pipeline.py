@@ -32,6 +32,7 @@ def _pipeline(run_dir: Path, policy: Path, *extra: str):
         "pipeline.train.iterations=1", "pipeline.train.groups_per_iter=2", "pipeline.train.group_size=2",
         "pipeline.train.checkpoint_every=1",
         "pipeline.eval.episodes=3", "pipeline.eval.curve_episodes=2", "pipeline.policy.max_new_tokens=24",
+        "pipeline.policy.threads=1",
         "analysis.n_runs=3", "analysis.k=2", "synthesis.n_seeds=6", "synthesis.group_size=4",
         # calibrate against the (untrained) base itself, as the quick preset does: every candidate is too
         # hard for it, so the first is emitted anyway

@@ -11,6 +11,7 @@ from trace_train.pipeline.config import TRAINED_BASELINES, PipelineConfig
 from trace_train.pipeline.stage_runner import StageRunner, content_hash
 from trace_train.pipeline.stages import (
     base_spec,
+    capabilities_to_synthesize,
     capability_prompt,
     compose_adapters,
     grpo_run,
@@ -96,8 +97,8 @@ class Pipeline:
         from trace_train.calibration import collector_for
 
         analysed = {c.name: c for c in read_selected(self.run_dir / "analysis" / "selected_capabilities.json")}
-        chosen = [analysed.get(name) or SelectedCapability(name=name, description="(configured)")
-                  for name in selected][: self.cfg.train.max_capabilities]
+        wanted = [analysed.get(name) or SelectedCapability(name=name, description="(configured)") for name in selected]
+        chosen = capabilities_to_synthesize(wanted, self.cfg.train.max_capabilities)
         # synthesis.policy.kind=model calibrates against the pipeline's own base policy (paper §3.4)
         collector = collector_for(self.synthesis_cfg, base_spec(self.cfg, model, name="calibration"))
         report = synthesize(chosen, self.synthesis_cfg, out, source=str(self.run_dir), collector=collector)

@@ -46,6 +46,18 @@ def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str 
                       system_suffix=system_suffix)
 
 
+def capabilities_to_synthesize(wanted: list, max_capabilities: int) -> list:
+    """The first ``max_capabilities`` of ``wanted`` that an env family can build, then every one none can.
+
+    The cap bounds the adapters, so a capability without a family (it needs the LLM env generator) does
+    not take a place; it still goes to ``synthesize``, which reports it as such.
+    """
+    from trace_envs.families import FAMILIES
+
+    buildable = [c for c in wanted if c.name in FAMILIES][:max_capabilities]
+    return buildable + [c for c in wanted if c.name not in FAMILIES]
+
+
 def capability_prompt(selected_path: Path, names: list[str]) -> str:
     """The "prompted" baseline's addition to the system prompt: the selected capabilities' descriptions."""
     doc = json.loads(Path(selected_path).read_text())
