@@ -49,8 +49,9 @@ class Pipeline:
         if cfg.capabilities is not None:
             logger.info("training the configured capabilities %s (analysis selected %s)", cfg.capabilities, selected)
             selected = list(cfg.capabilities)
-        h_syn = content_hash(h, asdict(self.synthesis_cfg), cfg.train.max_capabilities, selected)
-        envs = r.run("synthesis", h_syn, lambda d: self._synthesis(selected, model, d))["envs"]
+        to_synthesize = capabilities_to_synthesize(selected, cfg.train.max_capabilities)
+        h_syn = content_hash(h, asdict(self.synthesis_cfg), to_synthesize)
+        envs = r.run("synthesis", h_syn, lambda d: self._synthesis(to_synthesize, model, d))["envs"]
         self._register_emitted()
         h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), asdict(cfg.policy))
         trained = {cap: r.run(f"train/{cap}", content_hash(h_train, cap),
@@ -91,14 +92,13 @@ class Pipeline:
         logger.info("selected capabilities: %s", names or "none")
         return {"selected": names, "path": str(out / "selected_capabilities.json")}
 
-    def _synthesis(self, selected: list[str], model: str, out: Path) -> dict[str, Any]:
+    def _synthesis(self, names: list[str], model: str, out: Path) -> dict[str, Any]:
         from trace_envs.synthesis import read_selected, synthesize
         from trace_envs.synthesis.emit import SelectedCapability
         from trace_train.calibration import collector_for
 
         analysed = {c.name: c for c in read_selected(self.run_dir / "analysis" / "selected_capabilities.json")}
-        wanted = [analysed.get(name) or SelectedCapability(name=name, description="(configured)") for name in selected]
-        chosen = capabilities_to_synthesize(wanted, self.cfg.train.max_capabilities)
+        chosen = [analysed.get(name) or SelectedCapability(name=name, description="(configured)") for name in names]
         # synthesis.policy.kind=model calibrates against the pipeline's own base policy (paper §3.4)
         collector = collector_for(self.synthesis_cfg, base_spec(self.cfg, model, name="calibration"))
         report = synthesize(chosen, self.synthesis_cfg, out, source=str(self.run_dir), collector=collector)

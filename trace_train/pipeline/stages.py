@@ -46,16 +46,16 @@ def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str 
                       system_suffix=system_suffix)
 
 
-def capabilities_to_synthesize(wanted: list, max_capabilities: int) -> list:
-    """The first ``max_capabilities`` of ``wanted`` that an env family can build, then every one none can.
+def capabilities_to_synthesize(selected: list[str], max_capabilities: int) -> list[str]:
+    """The first ``max_capabilities`` of ``selected`` that an env family can build, then every one none can.
 
     The cap bounds the adapters, so a capability without a family (it needs the LLM env generator) does
     not take a place; it still goes to ``synthesize``, which reports it as such.
     """
     from trace_envs.families import FAMILIES
 
-    buildable = [c for c in wanted if c.name in FAMILIES][:max_capabilities]
-    return buildable + [c for c in wanted if c.name not in FAMILIES]
+    buildable = [name for name in selected if name in FAMILIES][:max_capabilities]
+    return buildable + [name for name in selected if name not in FAMILIES]
 
 
 def capability_prompt(selected_path: Path, names: list[str]) -> str:
