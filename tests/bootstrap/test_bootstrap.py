@@ -50,15 +50,16 @@ def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
     assert (runner.dir / "metrics.jsonl").read_text().splitlines() == lines
 
 
-def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch):
-    cfg = BootstrapConfig(**TINY)
+@pytest.mark.parametrize("decision_weight", [0.0, 1.0])
+def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight):
+    cfg = BootstrapConfig(**TINY, decision_loss_weight=decision_weight)
     clean = bc.Bootstrapper(cfg, tmp_path / "clean")
     clean.run(progress=False)
 
     original = bc._save_checkpoint
 
-    def save_then_die(path, model, optimizer, step, elapsed):
-        original(path, model, optimizer, step, elapsed)
+    def save_then_die(path, model, optimizer, step, elapsed, head=None):
+        original(path, model, optimizer, step, elapsed, head)
         if step == 4:
             raise KeyboardInterrupt  # a kill right after the step-4 checkpoint
 

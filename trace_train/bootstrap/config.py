@@ -48,6 +48,11 @@ class BootstrapConfig:
     # already occurred earlier in the episode (tool results echo the ids they were called with). These
     # targets are pure copies, so they train the copy circuit densely without teaching tool output.
     copy_loss_weight: float = 0.0
+    # Auxiliary decision probe: a linear head on the final hidden state at each act-or-refuse point is
+    # trained, at this weight, to predict the oracle's decision (trace_train.bootstrap.decisions). It
+    # shapes what the base represents (whose order, which status) while the LM head still clones the
+    # imperfect expert; the head is not saved with the policy.
+    decision_loss_weight: float = 0.0
     max_len: int = 2048
     seed: int = 0
     threads: int = 1
@@ -82,6 +87,8 @@ class BootstrapConfig:
         relevant = asdict(self)
         for key in ("threads", "checkpoint_every", "probe_episodes", "time_budget_min"):
             relevant.pop(key)
+        if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
+            relevant.pop("decision_loss_weight")
         if self.init_from:
             relevant["init_from"] = self.parent.content_hash()
         version = env_data_version(self.env)

@@ -10,6 +10,7 @@ import numpy as np
 from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary, entity_id_types, split_seeds
 from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
+from trace_train.bootstrap.decisions import DecisionPoint, decision_points
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
 from trace_train.model.chat_template import chat_template
 from trace_train.rollout.base import EpisodeRequest
@@ -27,6 +28,7 @@ class Example:
     loss_mask: list[int]
     seed: int
     copy_mask: list[int] | None = None  # 1 where the target is an entity id repeated outside an assistant turn
+    decisions: list[DecisionPoint] | None = None  # act-or-refuse points (see trace_train.bootstrap.decisions)
 
 
 def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
@@ -76,12 +78,17 @@ def train_tokenizer(cfg: BootstrapConfig):
 
 
 def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig,
-           entity_ids: dict[int, str] | None = None) -> Example:
-    """One episode as ids + assistant loss mask (+ the copy mask when ``entity_ids`` is given)."""
+           entity_ids: dict[int, str] | None = None, with_decisions: bool = False) -> Example:
+    """One episode as ids + assistant loss mask (+ the copy mask when ``entity_ids`` is given, + its
+    decision points when ``with_decisions``)."""
     enc = renderer.encode_episode(record.messages, record.info.get("tools") if cfg.render_tools else None)
     ids, mask = enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len]
     copies = copy_mask(ids, mask, entity_ids) if entity_ids is not None else None
-    return Example(ids, mask, record.seed, copies)
+    decisions = None
+    if with_decisions:
+        points = decision_points(record.messages, enc.turns, record.info.get("task") or {})
+        decisions = [p for p in points if p.position + 1 < len(ids)]
+    return Example(ids, mask, record.seed, copies, decisions)
 
 
 def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
@@ -94,7 +101,8 @@ def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> It
     entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
     for step in range(start_step, cfg.last_step):
         records = expert_episodes(cfg, batch_seeds(cfg, step))
-        yield step, [encode(renderer, r, cfg, entity_ids) for r in records]
+        yield step, [encode(renderer, r, cfg, entity_ids, with_decisions=cfg.decision_loss_weight > 0)
+                     for r in records]
 
 
 def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

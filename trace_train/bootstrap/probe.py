@@ -15,23 +15,34 @@ import torch
 from trace_envs.retail_sim import split_seeds
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import encode, entity_token_ids, expert_episodes, pad_batch
+from trace_train.bootstrap.decisions import DecisionHead, head_outcomes
 from trace_train.model import ChatRenderer
 
 
 @torch.no_grad()
 def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer,
-                         cfg: BootstrapConfig, batch_size: int = 8) -> dict[str, Any]:
-    """Argmax accuracy on assistant tokens, on entity-id tokens, and per entity type."""
+                         cfg: BootstrapConfig, batch_size: int = 8,
+                         decision_head: DecisionHead | None = None) -> dict[str, Any]:
+    """Argmax accuracy on assistant tokens, on entity-id tokens, and per entity type (and, given the
+    decision head, its held-out accuracy per case)."""
     entity_ids = entity_token_ids(tokenizer)
     records = expert_episodes(cfg, split_seeds("test", cfg.probe_episodes), env_kwargs={})
-    examples = [encode(renderer, r, cfg) for r in records]
+    examples = [encode(renderer, r, cfg, with_decisions=decision_head is not None) for r in records]
+    case_hits: Counter[str] = Counter()
+    case_total: Counter[str] = Counter()
     hits = total = 0
     type_hits: Counter[str] = Counter()
     type_total: Counter[str] = Counter()
     for start in range(0, len(examples), batch_size):
         ids, attn, mask, _ = (torch.from_numpy(a) for a in pad_batch(examples[start: start + batch_size],
                                                                       tokenizer.pad_token_id))
-        predicted = model(input_ids=ids, attention_mask=attn).logits[:, :-1].argmax(-1)
+        hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+        predicted = model.lm_head(hidden[:, :-1]).argmax(-1)
+        if decision_head is not None:
+            points = [e.decisions or [] for e in examples[start: start + batch_size]]
+            for case, ok in head_outcomes(decision_head, hidden, points):
+                case_total[case] += 1
+                case_hits[case] += int(ok)
         target = ids[:, 1:]
         select = mask[:, 1:].bool()
         correct = (predicted == target) & select
@@ -43,6 +54,11 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
                 type_total[kind] += 1
                 type_hits[kind] += int(correct[row, col])
     id_total = sum(type_total.values())
-    return {"token_accuracy": hits / max(1, total), "id_token_accuracy": sum(type_hits.values()) / max(1, id_total),
-            "id_accuracy_by_type": {k: type_hits[k] / type_total[k] for k in sorted(type_total)},
-            "id_tokens_by_type": dict(sorted(type_total.items())), "episodes": len(examples)}
+    summary = {"token_accuracy": hits / max(1, total), "id_token_accuracy": sum(type_hits.values()) / max(1, id_total),
+               "id_accuracy_by_type": {k: type_hits[k] / type_total[k] for k in sorted(type_total)},
+               "id_tokens_by_type": dict(sorted(type_total.items())), "episodes": len(examples)}
+    if decision_head is not None:
+        summary["decision_probe"] = {"accuracy": sum(case_hits.values()) / max(1, sum(case_total.values())),
+                                     "accuracy_by_case": {k: case_hits[k] / case_total[k] for k in sorted(case_total)},
+                                     "points_by_case": dict(sorted(case_total.items()))}
+    return summary

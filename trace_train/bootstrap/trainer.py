@@ -26,6 +26,7 @@ from transformers import AutoTokenizer
 
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import batches, pad_batch, train_tokenizer
+from trace_train.bootstrap.decisions import DecisionHead, decision_index
 from trace_train.bootstrap.probe import teacher_forced_probe
 from trace_train.model import ChatRenderer, build_model, save_policy
 from trace_train.model.chat_template import chat_template
@@ -44,14 +45,18 @@ def lr_at(cfg: BootstrapConfig, step: int) -> float:
 
 
 def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
-                   copies: torch.Tensor | None = None, copy_weight: float = 0.0) -> torch.Tensor:
+                   copies: torch.Tensor | None = None, copy_weight: float = 0.0,
+                   hidden: torch.Tensor | None = None) -> torch.Tensor:
     """Cross-entropy of next-token prediction on positions whose *target* has loss mask 1.
 
     With ``copy_weight`` > 0, plus that weight times the mean cross-entropy on the targets marked by
     ``copies`` (entity ids repeated outside assistant turns; see ``BootstrapConfig.copy_loss_weight``).
     The LM head runs only on the selected positions (assistant tokens are ~20 % of an episode).
+    ``hidden``: the model's final hidden states when the caller already has them.
     """
-    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
+    if hidden is None:
+        hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    hidden = hidden[:, :-1]
     targets = ids[:, 1:]
     select = mask[:, 1:].bool()
     loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[select]).float(), targets[select])
@@ -64,10 +69,13 @@ def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor
 
 
 def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                     elapsed: float) -> None:
+                     elapsed: float, head: DecisionHead | None = None) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "elapsed": elapsed, "torch_rng": torch.get_rng_state()}, tmp)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+             "elapsed": elapsed, "torch_rng": torch.get_rng_state()}
+    if head is not None:
+        state["decision_head"] = head.state_dict()
+    torch.save(state, tmp)
     os.replace(tmp, path)
 
 
@@ -120,14 +128,22 @@ class Bootstrapper:
             model.load_state_dict(AutoModelForCausalLM.from_pretrained(parent.model_dir).state_dict())
             logger.info("continuing from bootstrap %s", parent.config_hash)
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                      betas=(0.9, 0.95))
+        head = None
+        if cfg.decision_loss_weight > 0:
+            generator = torch.Generator().manual_seed(cfg.seed)
+            head = DecisionHead(model.config.hidden_size)
+            torch.nn.init.normal_(head.linear.weight, std=0.02, generator=generator)
+            torch.nn.init.zeros_(head.linear.bias)
+        params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
+        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
         ckpt_path = self.dir / "checkpoint.pt"
         start_step, elapsed = 0, 0.0
         if ckpt_path.exists():
             state = torch.load(ckpt_path, weights_only=False)
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
+            if head is not None:
+                head.load_state_dict(state["decision_head"])
             torch.set_rng_state(state["torch_rng"])
             start_step, elapsed = state["step"], state["elapsed"]
             logger.info("resuming bootstrap %s at step %d", self.config_hash, start_step)
@@ -142,10 +158,15 @@ class Bootstrapper:
                 ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(cfg, step)
-                loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight)
+                hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+                loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight, hidden=hidden)
+                decision_loss = None
+                if head is not None:
+                    decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples]))
+                    loss = loss + cfg.decision_loss_weight * decision_loss
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
                 optimizer.step()
                 tokens_seen += int(attn.sum())
                 ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
@@ -154,17 +175,19 @@ class Bootstrapper:
                 if (step + 1) % 10 == 0 or step + 1 == cfg.last_step:
                     append_jsonl(self.dir / "metrics.jsonl", {"step": step + 1, "loss": loss.item(), "loss_ema": ema,
                                                               "lr": lr_at(cfg, step), "grad_norm": float(grad_norm),
-                                                              "elapsed_s": now})
+                                                              "elapsed_s": now,
+                                                              **({"decision_loss": decision_loss.item()}
+                                                                 if decision_loss is not None else {})})
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
-                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
                 if now > budget_s:
                     logger.warning("time budget of %.0f min reached at step %d of %d", cfg.time_budget_min,
                                    step + 1, cfg.steps)
-                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
                     stopped_early = True
                     break
         model.eval()
-        probe = teacher_forced_probe(model, tokenizer, renderer, cfg)
+        probe = teacher_forced_probe(model, tokenizer, renderer, cfg, decision_head=head)
         tmp = self.dir / "model.tmp"
         save_policy(model, tokenizer, tmp)
         os.replace(tmp, self.model_dir)
