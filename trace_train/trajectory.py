@@ -116,6 +116,12 @@ def iter_jsonl(path: str | os.PathLike, report: ReadReport | None = None) -> Ite
         yield row
 
 
+def drop_rows_from(path: str | os.PathLike, key: str, start: int) -> None:
+    """Forget the logged rows whose ``key`` is >= ``start``: a run resumed from a checkpoint replays them."""
+    if Path(path).exists():
+        write_jsonl_atomic(path, [row for row in iter_jsonl(path) if int(row.get(key, -1)) < start])
+
+
 def write_trajectories(path: str | os.PathLike, records: Iterable[TrajectoryRecord]) -> Path:
     return write_jsonl_atomic(path, (r.to_dict() for r in records))
 

@@ -142,3 +142,24 @@ def test_env_kwargs_shape_the_bc_episodes_but_not_the_probe():
     assert {len(r.info["task"]["intents"]) for r in mixed} != {1}
     assert cfg.content_hash() != BootstrapConfig(**TINY).content_hash()
     assert Example([1], [0], 0).copy_mask is None
+
+
+def test_a_resumed_bootstrap_logs_each_step_once(tmp_path, monkeypatch):
+    cfg = BootstrapConfig(**{**TINY, "steps": 14, "checkpoint_every": 7})  # rows at steps 10 and 14
+    original = bc._save_checkpoint
+
+    def die_before_second_checkpoint(path, model, optimizer, step, elapsed, head=None):
+        if step == 14:
+            raise KeyboardInterrupt  # killed after logging steps 10 and 14, with step 7 the last checkpoint
+        original(path, model, optimizer, step, elapsed, head)
+
+    monkeypatch.setattr(bc, "_save_checkpoint", die_before_second_checkpoint)
+    runner = bc.Bootstrapper(cfg, tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(progress=False)
+    monkeypatch.setattr(bc, "_save_checkpoint", original)
+    logged = [json.loads(line)["step"] for line in (runner.dir / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [10, 14]
+    runner.run(progress=False)  # resumes at step 7 and replays 8..14, logging 10 and 14 again
+    logged = [json.loads(line)["step"] for line in (runner.dir / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [10, 14]

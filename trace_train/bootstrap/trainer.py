@@ -30,7 +30,7 @@ from trace_train.bootstrap.decisions import DecisionHead, decision_index
 from trace_train.bootstrap.probe import teacher_forced_probe
 from trace_train.model import ChatRenderer, build_model, save_policy
 from trace_train.model.chat_template import chat_template
-from trace_train.trajectory import append_jsonl, write_json_atomic
+from trace_train.trajectory import append_jsonl, drop_rows_from, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +146,7 @@ class Bootstrapper:
                 head.load_state_dict(state["decision_head"])
             torch.set_rng_state(state["torch_rng"])
             start_step, elapsed = state["step"], state["elapsed"]
+            drop_rows_from(self.dir / "metrics.jsonl", "step", start_step + 1)  # rows of steps to be replayed
             logger.info("resuming bootstrap %s at step %d", self.config_hash, start_step)
         budget_s = cfg.time_budget_min * 60
         started = time.perf_counter() - elapsed

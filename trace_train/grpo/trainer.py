@@ -41,9 +41,8 @@ from trace_train.rollout.base import EpisodeRequest, RolloutBackend, SamplingPar
 from trace_train.trajectory import (
     TrajectoryRecord,
     append_jsonl,
-    iter_jsonl,
+    drop_rows_from,
     write_json_atomic,
-    write_jsonl_atomic,
     write_trajectories,
 )
 
@@ -57,12 +56,6 @@ class TrainResult:
     iterations: int
     adapter_dir: Path | None
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _drop_rows_from(path: Path, iteration: int) -> None:
-    """Forget logged rows of iterations >= ``iteration`` (they are replayed after a resume)."""
-    if path.exists():
-        write_jsonl_atomic(path, [row for row in iter_jsonl(path) if int(row.get("iteration", -1)) < iteration])
 
 
 def shaped_reward(record: TrajectoryRecord, format_penalty: float) -> float:
@@ -120,7 +113,7 @@ class GRPOTrainer:
             logger.info("resume requested but %s has no checkpoint; starting fresh", self.output_dir)
         if self.is_main and checkpoint is not None:
             for name in ("metrics.jsonl", "seeds.jsonl"):
-                _drop_rows_from(self.output_dir / name, self.start_iteration)
+                drop_rows_from(self.output_dir / name, "iteration", self.start_iteration)
         self.metrics = MetricsLogger(self.output_dir, config.tensorboard) if self.is_main else None
         if self.is_main:
             write_json_atomic(
