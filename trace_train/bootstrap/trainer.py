@@ -174,11 +174,11 @@ class Bootstrapper:
                 bar.update(task, completed=step + 1, loss=f"{ema:.3f}")
                 now = time.perf_counter() - started
                 if (step + 1) % 10 == 0 or step + 1 == cfg.last_step:
-                    append_jsonl(self.dir / "metrics.jsonl", {"step": step + 1, "loss": loss.item(), "loss_ema": ema,
-                                                              "lr": lr_at(cfg, step), "grad_norm": float(grad_norm),
-                                                              "elapsed_s": now,
-                                                              **({"decision_loss": decision_loss.item()}
-                                                                 if decision_loss is not None else {})})
+                    row = {"step": step + 1, "loss": loss.item(), "loss_ema": ema, "lr": lr_at(cfg, step),
+                           "grad_norm": float(grad_norm), "elapsed_s": now}
+                    if decision_loss is not None:
+                        row["decision_loss"] = decision_loss.item()
+                    append_jsonl(self.dir / "metrics.jsonl", row)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
                     _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
                 if now > budget_s:
