@@ -22,9 +22,9 @@ def model_collector(spec: PolicySpec, batch: int = 64, sample_seed: int = 0) -> 
 
     backend, adapter = build_backend(spec)
 
-    def run(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int
-            ) -> tuple[np.ndarray, np.ndarray]:
-        requests = group_requests(env_id, env_kwargs, seeds, group_size, sample_seed)
+    def run(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int,
+            hinted: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+        requests = group_requests(env_id, env_kwargs, seeds, group_size, sample_seed, hinted)
         records = run_rollouts(backend, requests, spec.sampling, adapter, batch,
                                label=f"calibrate {env_id.removeprefix('trace/')}")
         shape = (len(seeds), group_size)

@@ -7,6 +7,12 @@ each a seeds x group-size matrix. ``scripted_collector`` plays a *policy factory
 the paper calibrates against the base model, whose collector (``trace_train.calibration``) plays the
 same requests through a batched rollout backend. Every member of a group plays the same env seed,
 so a group's spread comes only from the members' own randomness: members are seeded differently.
+
+Hints (paper §3.5): with ``hint_fraction`` > 0 the first ``round(fraction × G)`` members of every group
+play with the env's hint (``reset(options={"hint": True})``); a collector then receives their indices
+as ``hinted=``. The gate judges all members together, as GRPO trains on them, and the statistics of
+the hinted and the unhinted members are reported beside it, so a family that is too hard unhinted
+but passes with hints (the paper's remedy) says so.
 """
 
 from __future__ import annotations
@@ -27,12 +33,21 @@ logger = logging.getLogger(__name__)
 
 
 PolicyFactory = Callable[[int], Policy]
-Collector = Callable[[str, dict[str, Any], list[int], int], tuple[np.ndarray, np.ndarray]]
+# (env id, env kwargs, seeds, group size[, hinted=member indices]) -> (rewards, successes), each S x G.
+# ``hinted`` is passed only when some members play with the hint.
+Collector = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
-def scripted_policy_factory(knobs: dict[str, float], seed: int = 0) -> PolicyFactory:
-    """Member ``m`` gets ``FamilyExpert(knobs, seed=seed * 100_003 + m)``."""
-    return lambda member: FamilyExpert(dict(knobs), seed=seed * 100_003 + member)
+def scripted_policy_factory(knobs: dict[str, float], seed: int = 0, hint_uptake: float = 0.0) -> PolicyFactory:
+    """Member ``m`` gets ``FamilyExpert(knobs, seed=seed * 100_003 + m, hint_uptake=hint_uptake)``."""
+    return lambda member: FamilyExpert(dict(knobs), seed=seed * 100_003 + member, hint_uptake=hint_uptake)
+
+
+def hinted_member_indices(hint_fraction: float, group_size: int) -> tuple[int, ...]:
+    """The calibration members that play with the hint: the first ``round(fraction × G)``."""
+    if not 0.0 <= hint_fraction <= 1.0:
+        raise ValueError(f"hint_fraction must be in [0, 1], got {hint_fraction}")
+    return tuple(range(int(round(hint_fraction * group_size))))
 
 
 @dataclass
@@ -47,6 +62,9 @@ class CalibrationStats:
     frac_constant: float
     frac_informative: float
     pass_at_k: dict[str, float] = field(default_factory=dict)
+    # With hints: the same statistics over the hinted / the unhinted members alone (None without hints).
+    hinted: "CalibrationStats | None" = None
+    unhinted: "CalibrationStats | None" = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,15 +124,29 @@ def gate_distance(stats: CalibrationStats, gate: GateConfig) -> float:
             + max(0.0, stats.frac_constant - gate.max_constant))
 
 
-def collect(env: gym.Env, policy_factory: PolicyFactory, seeds: list[int], group_size: int
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Play ``group_size`` members on every seed; returns (rewards, successes), each S x G."""
+def with_hint_split(stats: CalibrationStats, rewards: np.ndarray, successes: np.ndarray,
+                    hinted: tuple[int, ...], pass_k: tuple[int, ...]) -> CalibrationStats:
+    """``stats`` with the statistics of the hinted and of the unhinted members (columns) attached."""
+    if not hinted:
+        return stats
+    cols = np.zeros(rewards.shape[1], dtype=bool)
+    cols[list(hinted)] = True
+    stats.hinted = group_statistics(rewards[:, cols], successes[:, cols], pass_k)
+    if not cols.all():
+        stats.unhinted = group_statistics(rewards[:, ~cols], successes[:, ~cols], pass_k)
+    return stats
+
+
+def collect(env: gym.Env, policy_factory: PolicyFactory, seeds: list[int], group_size: int,
+            hinted: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Play ``group_size`` members on every seed (members in ``hinted`` with the env's hint); returns
+    (rewards, successes), each S x G."""
     rewards = np.zeros((len(seeds), group_size))
     successes = np.zeros((len(seeds), group_size), dtype=bool)
     for i, seed in enumerate(seeds):
         for member in range(group_size):
             policy = policy_factory(member)
-            obs, info = env.reset(seed=int(seed))
+            obs, info = env.reset(seed=int(seed), options={"hint": True} if member in hinted else None)
             policy.reset(obs, info, seed=int(seed))
             while True:
                 obs, reward, terminated, truncated, step_info = env.step(policy.act(obs))
@@ -127,30 +159,36 @@ def collect(env: gym.Env, policy_factory: PolicyFactory, seeds: list[int], group
 
 def scripted_collector(policy_factory: PolicyFactory) -> Collector:
     """A collector that plays ``policy_factory``'s policies one episode at a time."""
-    def run(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int
-            ) -> tuple[np.ndarray, np.ndarray]:
+    def run(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], group_size: int,
+            hinted: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
         env = gym.make(env_id, **env_kwargs)
         try:
-            return collect(env, policy_factory, seeds, group_size)
+            return collect(env, policy_factory, seeds, group_size, hinted)
         finally:
             env.close()
     return run
 
 
 def expert_collector(cfg: SynthesisConfig) -> Collector:
-    """The default collector: the scripted family expert with ``cfg.policy``'s knobs and seed."""
-    return scripted_collector(scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed))
+    """The default collector: the scripted family expert with ``cfg.policy``'s knobs, seed and hint uptake."""
+    return scripted_collector(scripted_policy_factory(cfg.policy.knobs, cfg.policy.seed, cfg.policy.hint_uptake))
 
 
 def calibrate_env(env_id: str, env_kwargs: dict[str, Any], collector: Collector, cfg: SynthesisConfig
                   ) -> CalibrationStats:
-    """Group statistics of ``cfg.n_seeds`` x ``cfg.group_size`` collected rollouts on one env."""
+    """Group statistics of ``cfg.n_seeds`` x ``cfg.group_size`` collected rollouts on one env (with the
+    hinted / unhinted split when ``cfg.hint_fraction`` > 0)."""
     seeds = list(range(cfg.seed_offset, cfg.seed_offset + cfg.n_seeds))
-    rewards, successes = collector(env_id, dict(env_kwargs), seeds, cfg.group_size)
+    hinted = hinted_member_indices(cfg.hint_fraction, cfg.group_size)
+    if hinted:
+        rewards, successes = collector(env_id, dict(env_kwargs), seeds, cfg.group_size, hinted=hinted)
+    else:
+        rewards, successes = collector(env_id, dict(env_kwargs), seeds, cfg.group_size)
     if np.shape(rewards) != (len(seeds), cfg.group_size) or np.shape(successes) != np.shape(rewards):
         raise ValueError(f"collector returned shapes {np.shape(rewards)} / {np.shape(successes)}, "
                          f"expected {(len(seeds), cfg.group_size)}")
-    return group_statistics(rewards, successes, cfg.pass_k)
+    rewards, successes = np.asarray(rewards, dtype=float), np.asarray(successes, dtype=bool)
+    return with_hint_split(group_statistics(rewards, successes, cfg.pass_k), rewards, successes, hinted, cfg.pass_k)
 
 
 @dataclass
@@ -158,13 +196,28 @@ class Trial:
     knobs: dict[str, Any]
     stats: CalibrationStats
     failures: list[str]
+    unhinted_failures: list[str] | None = None  # the gate on the unhinted members alone (None: no hints)
 
     @property
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def needs_hints(self) -> bool:
+        """Passes the gate with its hinted members, not on the unhinted ones alone."""
+        return self.passed and bool(self.unhinted_failures)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"knobs": self.knobs, "stats": self.stats.to_dict(), "failures": self.failures, "passed": self.passed}
+        return {"knobs": self.knobs, "stats": self.stats.to_dict(), "failures": self.failures, "passed": self.passed,
+                "unhinted_failures": self.unhinted_failures, "needs_hints": self.needs_hints}
+
+
+def make_trial(knobs: dict[str, Any], stats: CalibrationStats, gate: GateConfig) -> Trial:
+    """Judge ``stats`` (all members) against the gate, and its unhinted members alone when hinted."""
+    unhinted = None
+    if stats.hinted is not None:
+        unhinted = gate_failures(stats.unhinted, gate) if stats.unhinted is not None else ["every member is hinted"]
+    return Trial(dict(knobs), stats, gate_failures(stats, gate), unhinted)
 
 
 @dataclass
@@ -207,9 +260,10 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
     trials: list[Trial] = []
     for knobs in candidates[: cfg.search.max_trials]:
         stats = calibrate_env(env_id, {"domain": cfg.domain, **knobs}, collector, cfg)
-        trial = Trial(dict(knobs), stats, gate_failures(stats, cfg.gate))
-        logger.info("calibrate %s %s: reward %.3f success %.3f std %.3f -> %s", capability, knobs,
-                    stats.mean_reward, stats.success_rate, stats.reward_std, "PASS" if trial.passed else trial.failures)
+        trial = make_trial(knobs, stats, cfg.gate)
+        logger.info("calibrate %s %s: reward %.3f success %.3f std %.3f -> %s%s", capability, knobs,
+                    stats.mean_reward, stats.success_rate, stats.reward_std, "PASS" if trial.passed else trial.failures,
+                    _hint_note(stats, trial))
         trials.append(trial)
         if on_trial:
             on_trial(trial)
@@ -219,6 +273,14 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
             logger.info("calibrate %s: %s is already too hard; harder candidates skipped", capability, knobs)
             break
     return SearchResult(capability, cfg.domain, trials, None)
+
+
+def _hint_note(stats: CalibrationStats, trial: Trial) -> str:
+    if stats.hinted is None:
+        return ""
+    unhinted = "–" if stats.unhinted is None else f"{stats.unhinted.success_rate:.3f}"
+    return (f" (success hinted {stats.hinted.success_rate:.3f}, unhinted {unhinted}"
+            f"{'; passes only with hints' if trial.needs_hints else ''})")
 
 
 def too_hard(stats: CalibrationStats, gate: GateConfig) -> bool:

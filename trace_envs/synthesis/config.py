@@ -36,10 +36,13 @@ class PolicyConfig:
     model: str | None = None
     render_tools: bool = False
     temperature: float = 1.0
+    hint_uptake: float = 0.0  # scripted expert: chance it follows a hint (its knob for the env's capability x (1 - u))
 
     def __post_init__(self) -> None:
         if self.kind not in POLICY_KINDS:
             raise ValueError(f"synthesis.policy.kind must be one of {POLICY_KINDS}, got {self.kind!r}")
+        if not 0.0 <= self.hint_uptake <= 1.0:
+            raise ValueError(f"synthesis.policy.hint_uptake must be in [0, 1], got {self.hint_uptake}")
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,13 @@ class SynthesisConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     accept_closest: bool = False  # emit a capability at its closest setting when no candidate passes the gate
+    hint_fraction: float = 0.0  # share of each calibration group played with the env's hint (paper §3.5)
 
     def __post_init__(self) -> None:
         if self.n_seeds < 1 or self.group_size < 1:
             raise ValueError("n_seeds and group_size must be >= 1")
+        if not 0.0 <= self.hint_fraction <= 1.0:
+            raise ValueError(f"synthesis.hint_fraction must be in [0, 1], got {self.hint_fraction}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SynthesisConfig":

@@ -119,7 +119,7 @@ def emit(capability: str, result: SearchResult, out_dir: str | os.PathLike, desc
     entry = {
         "env_id": env_id(capability, result.domain), "capability": capability, "domain": result.domain,
         "module": module, "entry_point": FAMILIES[capability], "knobs": knobs,
-        "calibration": chosen.stats.to_dict(), "passed_gate": chosen.passed,
+        "calibration": chosen.stats.to_dict(), "passed_gate": chosen.passed, "needs_hints": chosen.needs_hints,
         "search_trials": len(result.trials), "source_run": source,
     }
     manifest_path = out / MANIFEST

@@ -22,12 +22,24 @@ def collector(cfg: SynthesisConfig) -> Collector:
 
 
 def stats_table(rows: list[tuple[str, dict[str, Any], CalibrationStats, list[str]]]) -> Table:
+    """One row per calibrated env; with hints, the success of the hinted / unhinted members too."""
+    hints = any(s.hinted is not None for _, _, s, _ in rows)
     table = Table(show_header=True, header_style="bold")
-    for col in ("env", "knobs", "reward", "success", "std", "all-1", "all-0", "const", "pass@k", "gate"):
+    columns = ["env", "knobs", "reward", "success", "std", "all-1", "all-0", "const", "pass@k", "gate"]
+    if hints:
+        columns[4:4] = ["success hinted", "success unhinted"]
+    for col in columns:
         table.add_column(col)
     for name, knobs, s, failures in rows:
-        table.add_row(name, str(knobs), f"{s.mean_reward:.3f}", f"{s.success_rate:.3f}", f"{s.reward_std:.3f}",
-                      f"{s.frac_all_success:.2f}", f"{s.frac_all_zero:.2f}", f"{s.frac_constant:.2f}",
-                      " ".join(f"{k}:{v:.2f}" for k, v in s.pass_at_k.items()),
-                      "[green]PASS[/green]" if not failures else "[red]" + "; ".join(failures) + "[/red]")
+        cells = [name, str(knobs), f"{s.mean_reward:.3f}", f"{s.success_rate:.3f}", f"{s.reward_std:.3f}",
+                 f"{s.frac_all_success:.2f}", f"{s.frac_all_zero:.2f}", f"{s.frac_constant:.2f}",
+                 " ".join(f"{k}:{v:.2f}" for k, v in s.pass_at_k.items()),
+                 "[green]PASS[/green]" if not failures else "[red]" + "; ".join(failures) + "[/red]"]
+        if hints:
+            cells[4:4] = [_rate(s.hinted), _rate(s.unhinted)]
+        table.add_row(*cells)
     return table
+
+
+def _rate(stats: CalibrationStats | None) -> str:
+    return "–" if stats is None else f"{stats.success_rate:.3f}"

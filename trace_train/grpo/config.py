@@ -41,6 +41,7 @@ class GRPOConfig:
     seed: int = 0  # run seed: env seeds, sampler seeds, env mixture, shuffling, LoRA init
     threads: int = 1  # torch intra-op threads (0 leaves torch's default)
     mode: str = "grpo"  # grpo | sft (cross-entropy on successful records only)
+    hint_fraction: float = 0.0  # share of each group that plays with the env's hint (paper §3.5: 0.25-0.5)
     tensorboard: bool = True  # also log to TensorBoard when torch.utils.tensorboard imports
     progress: bool = True  # rich progress bar on rank 0
     lora: LoraSettings = field(default_factory=LoraSettings)
@@ -105,6 +106,8 @@ class GRPOConfig:
             errors.append("kl_beta and format_penalty must be >= 0 and lr > 0")
         if self.temperature <= 0:
             errors.append(f"temperature must be > 0, got {self.temperature}")
+        if not 0.0 <= self.hint_fraction <= 1.0:
+            errors.append(f"hint_fraction must be in [0, 1], got {self.hint_fraction}")
         if self.lora.r < 1:
             errors.append(f"lora.r must be >= 1, got {self.lora.r}")
         if errors:

@@ -16,7 +16,7 @@ import numpy as np
 from trace_envs.splits import SPLITS
 
 # Domain tags keep the streams for env seeds, sampler seeds, env choice and shuffling independent.
-_TAG_ENV, _TAG_SAMPLE, _TAG_MIX, _TAG_SHUFFLE = 0, 1, 2, 3
+_TAG_ENV, _TAG_SAMPLE, _TAG_MIX, _TAG_SHUFFLE, _TAG_HINT = 0, 1, 2, 3, 4
 _MAX_SEED = 2**31 - 1
 
 
@@ -44,6 +44,18 @@ def shuffle_generator(run_seed: int, iteration: int, epoch: int, rank: int = 0) 
     return np.random.default_rng(np.random.SeedSequence([run_seed, iteration, epoch, rank, _TAG_SHUFFLE]))
 
 
+def hinted_members(run_seed: int, iteration: int, group: int, group_size: int, fraction: float) -> tuple[int, ...]:
+    """The members of one group that get the env's hint: ``round(fraction × G)`` of them, drawn from the
+    seed (sorted). A zero fraction gives no member and draws nothing."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"hint fraction must be in [0, 1], got {fraction}")
+    count = int(round(fraction * group_size))
+    if count == 0:
+        return ()
+    rng = np.random.default_rng(np.random.SeedSequence([run_seed, iteration, group, _TAG_HINT]))
+    return tuple(sorted(int(m) for m in rng.permutation(group_size)[:count]))
+
+
 @dataclass(frozen=True)
 class GroupSeeds:
     """The seeds of one group: which env, its env seed and one sampler seed per member."""
@@ -53,6 +65,7 @@ class GroupSeeds:
     env_id: str
     env_seed: int
     sample_seeds: tuple[int, ...]
+    hinted: tuple[int, ...] = ()  # member indices that play with the env's hint
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +77,7 @@ def plan_iteration(
     groups: int,
     group_size: int,
     env_weights: Mapping[str, float],
+    hint_fraction: float = 0.0,
 ) -> list[GroupSeeds]:
     """Seeds for every group of one iteration; the env of each group is drawn from the weighted mixture.
 
@@ -85,6 +99,7 @@ def plan_iteration(
             env_id=env_ids[int(choices[g])],
             env_seed=env_seed(run_seed, iteration, g),
             sample_seeds=tuple(sample_seed(run_seed, iteration, g, m) for m in range(group_size)),
+            hinted=hinted_members(run_seed, iteration, g, group_size, hint_fraction),
         )
         for g in range(groups)
     ]

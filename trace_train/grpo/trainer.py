@@ -26,6 +26,7 @@ from trace_train.grpo import dist
 from trace_train.grpo.advantages import group_advantages
 from trace_train.grpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trace_train.grpo.config import GRPOConfig, check_env_ids, check_output_dir, normalize_envs
+from trace_train.grpo.hints import is_hinted, training_sequence
 from trace_train.grpo.lora import (
     assert_only_lora_trainable,
     attach_adapter,
@@ -64,6 +65,39 @@ def shaped_reward(record: TrajectoryRecord, format_penalty: float) -> float:
     if format_penalty and valid is not None:
         return float(record.reward) - format_penalty * (1.0 - float(valid))
     return float(record.reward)
+
+
+def _hint_logprob_shift(samples: list[Sample], old_lps: Mapping[int, torch.Tensor],
+                        hinted: list[tuple[int, list[float] | None]]) -> tuple[float, int]:
+    """(sum, count) of log q − log p over the hinted members' sampled tokens (q: hinted, p: plain prompt)."""
+    total, count = 0.0, 0
+    for i, hinted_lps in hinted:
+        if hinted_lps is None:
+            continue
+        mask = torch.tensor(samples[i].loss_mask)
+        mask[0] = 0.0
+        diff = (torch.tensor(hinted_lps) - old_lps[i]) * mask
+        total, count = total + float(diff.sum()), count + int(mask.sum())
+    return total, count
+
+
+def _mean_over_ranks(part: tuple[float, int] | None) -> float | None:
+    parts = [p for p in dist.all_gather_objects(part) if p is not None]
+    count = sum(c for _, c in parts)
+    return sum(t for t, _ in parts) / count if count else None
+
+
+def _hint_split(total: dict[str, float]) -> dict[str, float | None]:
+    """Success and env reward of the hinted and the unhinted members."""
+    n_h, n = total["hinted_records"], total["records"]
+    n_u = n - n_h
+    return {
+        "hinted_records": n_h,
+        "success_rate_hinted": total["hinted_success"] / n_h if n_h else None,
+        "success_rate_unhinted": (total["success"] - total["hinted_success"]) / n_u if n_u else None,
+        "env_reward_mean_hinted": total["hinted_env_reward"] / n_h if n_h else None,
+        "env_reward_mean_unhinted": (total["env_reward"] - total["hinted_env_reward"]) / n_u if n_u else None,
+    }
 
 
 class GRPOTrainer:
@@ -111,7 +145,7 @@ class GRPOTrainer:
             logger.info("resumed %s from %s (iteration %d)", adapter, checkpoint, self.start_iteration)
         elif resume:
             logger.info("resume requested but %s has no checkpoint; starting fresh", self.output_dir)
-        if self.is_main and checkpoint is not None:
+        if self.is_main and resume:  # rows logged after the checkpoint (or before the first one) are replayed
             for name in ("metrics.jsonl", "seeds.jsonl"):
                 drop_rows_from(self.output_dir / name, "iteration", self.start_iteration)
         self.metrics = MetricsLogger(self.output_dir, config.tensorboard) if self.is_main else None
@@ -125,10 +159,11 @@ class GRPOTrainer:
     def _requests(self, plan: list[GroupSeeds]) -> list[EpisodeRequest]:
         return [
             EpisodeRequest(
-                env_id=g.env_id, seed=g.env_seed, sample_seed=s, env_kwargs=dict(self.env_kwargs), group=g.group
+                env_id=g.env_id, seed=g.env_seed, sample_seed=s, env_kwargs=dict(self.env_kwargs), group=g.group,
+                hint=m in g.hinted,
             )
             for g in plan
-            for s in g.sample_seeds
+            for m, s in enumerate(g.sample_seeds)
         ]
 
     def _rollout_adapter(self, iteration: int) -> str:
@@ -164,7 +199,7 @@ class GRPOTrainer:
         """One full GRPO iteration; returns its metrics (identical on every rank)."""
         cfg, G = self.cfg, self.cfg.group_size
         t0 = time.perf_counter()
-        plan = plan_iteration(cfg.seed, iteration, cfg.groups_per_iter, G, self.envs)
+        plan = plan_iteration(cfg.seed, iteration, cfg.groups_per_iter, G, self.envs, cfg.hint_fraction)
         local = plan[dist.rank() :: dist.world_size()]
         records = self._rollout(iteration, local)
         t_rollout = time.perf_counter() - t0
@@ -179,6 +214,7 @@ class GRPOTrainer:
         adv = group_advantages(rewards, G, cfg.advantage_std, cfg.adv_eps) if G >= 2 else None
 
         samples: list[Sample] = []
+        hinted_samples: list[tuple[int, list[float] | None]] = []  # (sample index, hinted sampler log-probs)
         for i, g in enumerate(local):
             for m, rec in enumerate(records[i * G : (i + 1) * G]):
                 flat = g.group * G + m
@@ -186,17 +222,28 @@ class GRPOTrainer:
                     keep, value = bool(rec.success), 0.0
                 else:
                     keep, value = bool(adv.keep[flat]), float(adv.values[flat])
-                if keep and sum(rec.loss_mask[1:]) > 0:
-                    samples.append(Sample(list(rec.token_ids), [float(x) for x in rec.loss_mask], value, rec.logprobs))
+                seq = training_sequence(rec)  # a hinted prompt is swapped for the plain one here
+                if keep and sum(seq.loss_mask[1:]) > 0:
+                    if seq.hinted:
+                        hinted_samples.append((len(samples), seq.hinted_sampler_logprobs))
+                    samples.append(Sample(seq.token_ids, seq.loss_mask, value, seq.sampler_logprobs))
 
         t1 = time.perf_counter()
         old_lps = ref_lps = None
+        hint_shift = None
         if cfg.mode == "grpo" and samples:
-            if cfg.old_logprobs == "sampler":
-                old_lps = [torch.tensor(s.sampler_logprobs, dtype=torch.float32) for s in samples]
-            elif cfg.ppo_epochs * cfg.mini_batches > 1:
+            one_step = cfg.ppo_epochs * cfg.mini_batches == 1
+            if cfg.old_logprobs == "sampler" or not one_step:
                 self.model.eval()
-                old_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id)
+                old_lps = self._old_logprobs(samples)
+            elif hinted_samples:  # one step: "old = current" is exact; the hinted ones only feed the metric
+                self.model.eval()
+                hinted_old = sequence_logprobs(self.model, [samples[i] for i, _ in hinted_samples],
+                                               cfg.micro_batch_size, cfg.temperature, self.pad_id)
+                hint_shift = _hint_logprob_shift(samples, dict(zip((i for i, _ in hinted_samples), hinted_old)),
+                                                 hinted_samples)
+            if old_lps is not None:
+                hint_shift = _hint_logprob_shift(samples, dict(enumerate(old_lps)), hinted_samples)
             if cfg.kl_beta > 0:
                 self.model.eval()
                 with self.model.disable_adapter():
@@ -206,10 +253,14 @@ class GRPOTrainer:
         )
         t_update = time.perf_counter() - t1
 
+        hinted = [is_hinted(r) for r in records]
         local_summary = {
             "records": len(records),
             "success": sum(bool(r.success) for r in records),
             "env_reward": sum(float(r.reward) for r in records),
+            "hinted_records": sum(hinted),
+            "hinted_success": sum(bool(r.success) for r, h in zip(records, hinted) if h),
+            "hinted_env_reward": sum(float(r.reward) for r, h in zip(records, hinted) if h),
             "sampled_tokens": sum(int(sum(r.loss_mask)) for r in records),
             "trained_tokens": sum(s.n_tokens for s in samples),
             "trained_samples": len(samples),
@@ -219,7 +270,8 @@ class GRPOTrainer:
             "env_ids": [g.env_id for g in local],
         }
         parts = dist.all_gather_objects(local_summary)
-        keys = ("records", "success", "env_reward", "sampled_tokens", "trained_tokens", "trained_samples")
+        keys = ("records", "success", "env_reward", "sampled_tokens", "trained_tokens", "trained_samples",
+                "hinted_records", "hinted_success", "hinted_env_reward")
         total = {k: sum(p[k] for p in parts) for k in keys}
         fmt = [v for p in parts for v in p["format_valid"]]
         elapsed = time.perf_counter() - t0
@@ -239,6 +291,9 @@ class GRPOTrainer:
             "env_groups": {e: sum(p["env_ids"].count(e) for p in parts) for e in self.envs},
             **update,
         }
+        if cfg.hint_fraction > 0:
+            metrics.update(_hint_split(total))
+            metrics["hint_logprob_shift"] = _mean_over_ranks(hint_shift)
         if self.is_main:
             for g in plan:
                 append_jsonl(self.output_dir / "seeds.jsonl", g.to_dict())
@@ -247,6 +302,19 @@ class GRPOTrainer:
         else:
             dist.all_gather_objects(records)
         return metrics
+
+    def _old_logprobs(self, samples: list[Sample]) -> list[torch.Tensor]:
+        """Old log-probs of every sample: the sampler's where they belong to the trained ids, else recomputed
+        (hinted members: under the unhinted prompt, see ``trace_train.grpo.hints``)."""
+        cfg = self.cfg
+        use_sampler = cfg.old_logprobs == "sampler"
+        missing = [i for i, s in enumerate(samples) if not use_sampler or s.sampler_logprobs is None]
+        recomputed = sequence_logprobs(
+            self.model, [samples[i] for i in missing], cfg.micro_batch_size, cfg.temperature, self.pad_id
+        ) if missing else []
+        out = dict(zip(missing, recomputed))
+        return [out[i] if i in out else torch.tensor(s.sampler_logprobs, dtype=torch.float32)
+                for i, s in enumerate(samples)]
 
     # ------------------------------------------------------------------- train
     def train(self) -> TrainResult:

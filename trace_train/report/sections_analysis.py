@@ -128,6 +128,8 @@ def calibration_section(run: RunData) -> str:
         pak = cal.get("pass_at_k") if isinstance(cal.get("pass_at_k"), dict) else {}
         gate = cal.get("passed_gate", e.get("passed_gate"))
         size = (f'{cal["n_seeds"]}×{cal["group_size"]}' if "n_seeds" in cal and "group_size" in cal else None)
+        hinted, unhinted = (cal.get(k) if isinstance(cal.get(k), dict) else {} for k in ("hinted", "unhinted"))
+        with_hints = e.get("needs_hints") is True
         rows.append((
             Raw(f'<code>{esc(e.get("env_id", "?"))}</code>'), e.get("capability"), e.get("domain"),
             Raw(f'<code class="small">{esc(json.dumps(e.get("knobs", {}), sort_keys=True))}</code>'), size,
@@ -138,14 +140,18 @@ def calibration_section(run: RunData) -> str:
             fmt(first_num(cal, "frac_all_zero", "all_zero_frac")),
             fmt(first_num(cal, "frac_constant", "constant_frac")),
             ", ".join(f"@{k}: {fmt(v, 2)}" for k, v in pak.items()) or None,
-            Raw(badge("yes", "ok") if gate is True else badge("no", "bad") if gate is False
-                else badge("emitted", "ok")),
+            fmt(first_num(hinted, "success_rate")), fmt(first_num(unhinted, "success_rate")),
+            Raw(badge("with hints", "ok") if gate is True and with_hints else badge("yes", "ok") if gate is True
+                else badge("no", "bad") if gate is False else badge("emitted", "ok")),
         ))
     headers = ("env", "capability", "domain", "knobs", "seeds×G", "mean reward", "success", "reward std",
-               "all-success", "all-zero", "constant", "pass@k", "gate")
+               "all-success", "all-zero", "constant", "pass@k", "success hinted", "success unhinted", "gate")
     stage = ((run.pipeline.data or {}).get("stages") or {}).get("synthesis") or {}
     policy = {"model": "the base model", "scripted": "the scripted expert"}.get(
         (stage.get("outputs") or {}).get("calibrated_with"), "the calibration policy")
     return section("synthesis", "Synthesized environments", table(headers, rows, "calib"),
                    f"Calibration rollouts of {policy} on each emitted env (fractions are over groups). "
-                   "Gate “no”: no difficulty setting passed and the closest one was emitted (accept_closest).")
+                   "Gate “no”: no difficulty setting passed and the closest one was emitted (accept_closest). "
+                   "Gate “with hints”: the env passes with its hinted members (synthesis.hint_fraction) and not "
+                   "on the unhinted ones alone (paper §3.5's remedy for an env too hard unhinted); train it with "
+                   "the same grpo.hint_fraction.")

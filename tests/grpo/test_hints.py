@@ -1,0 +1,169 @@
+"""Hint injection (paper §3.5): hinted members, the family hints, the prompt swap before the update."""
+
+import hashlib
+
+import gymnasium as gym
+import pytest
+import torch
+
+import trace_envs  # noqa: F401
+import trace_train.grpo.trainer as trainer_module
+from trace_envs.families import FAMILIES
+from trace_envs.families.base import HINT_OPEN, with_hint
+from trace_train.grpo import GRPOConfig, GRPOTrainer
+from trace_train.grpo.hints import training_sequence
+from trace_train.grpo.lora import LoraSettings
+from trace_train.grpo.seeds import hinted_members, plan_iteration
+from trace_train.grpo.update import Sample, sequence_logprobs
+from trace_train.model.factory import load_policy
+from trace_train.paths import REPO_ROOT
+from trace_train.rollout.hf import HFRolloutBackend
+from trace_train.trajectory import read_trajectories
+
+torch.set_num_threads(1)
+
+SHIPPED = REPO_ROOT / "checkpoints" / "retail-sim-tiny"
+PRECONDITION = "trace/precondition_verification-v0"
+
+
+@pytest.mark.parametrize("fraction,group", [(0.25, 16), (0.5, 16), (0.375, 8), (0.5, 4), (1.0, 4)])
+def test_hinted_members_are_the_fraction_drawn_from_the_seed(fraction, group):
+    draws = [hinted_members(7, 2, g, group, fraction) for g in range(12)]
+    for members in draws:
+        assert len(members) == round(fraction * group)
+        assert list(members) == sorted(set(members)) and all(0 <= m < group for m in members)
+    assert draws == [hinted_members(7, 2, g, group, fraction) for g in range(12)]  # a pure function of the seed
+    if 0 < fraction < 1:
+        assert len(set(draws)) > 1  # not the same members in every group
+        other_seed = [hinted_members(8, 2, g, group, fraction) for g in range(12)]
+        assert other_seed != draws
+
+
+def test_zero_fraction_hints_nobody_and_bad_fractions_fail():
+    assert hinted_members(0, 0, 0, 16, 0.0) == ()
+    assert all(g.hinted == () for g in plan_iteration(0, 0, 4, 8, {PRECONDITION: 1.0}))
+    with pytest.raises(ValueError, match="hint fraction"):
+        hinted_members(0, 0, 0, 16, 1.5)
+    with pytest.raises(ValueError, match="hint_fraction"):
+        GRPOConfig(hint_fraction=-0.1).validate()
+
+
+@pytest.mark.parametrize("capability", sorted(FAMILIES))
+def test_a_family_hint_changes_only_the_system_prompt_and_never_gives_the_call(capability):
+    env = gym.make(f"trace/{capability}-v0")
+    for seed in range(5):
+        obs_h, info_h = env.reset(seed=seed, options={"hint": True})
+        obs, info = env.reset(seed=seed)
+        assert obs_h == obs and info_h["task"] == info["task"] and info_h["tools"] == info["tools"]
+        assert info["hint"] is None and info_h["hint"]
+        assert info["system_prompt"] == info["unhinted_system_prompt"] == info_h["unhinted_system_prompt"]
+        assert info_h["system_prompt"] == with_hint(info["system_prompt"], info_h["hint"])
+        hint = info_h["hint"]
+        assert not any(t["function"]["name"] in hint for t in info["tools"])  # no tool call
+        gold_values = {str(v) for _, args in info["task"]["gold"]["actions"] for v in args.values()}
+        assert not any(v in hint for v in gold_values if len(v) > 3)  # no argument of the answer
+    with pytest.raises(ValueError, match="must be a bool"):
+        env.reset(seed=0, options={"hint": "yes"})
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_policy(SHIPPED)
+
+
+def _config(**kw):
+    base = dict(iterations=1, groups_per_iter=2, group_size=4, lr=5e-3, micro_batch_size=4, checkpoint_every=1,
+                max_new_tokens=64, seed=3, threads=1, tensorboard=False, progress=False,
+                lora=LoraSettings(r=4, alpha=8))
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def _train_capturing(tmp_path, shipped, cfg, monkeypatch):
+    model, tok = load_policy(SHIPPED)  # a fresh copy: the trainer attaches an adapter to it
+    calls = []
+    real = trainer_module.optimize
+
+    def capture(model_, optimizer, params, samples, cfg_, iteration, old_lps, ref_lps, pad_id=0):
+        calls.append(([list(s.token_ids) for s in samples], [list(s.loss_mask) for s in samples],
+                      None if old_lps is None else [t.clone() for t in old_lps],
+                      [s.sampler_logprobs for s in samples]))
+        return real(model_, optimizer, params, samples, cfg_, iteration, old_lps, ref_lps, pad_id)
+
+    monkeypatch.setattr(trainer_module, "optimize", capture)
+    trainer = GRPOTrainer(model, lambda m: HFRolloutBackend(m, tok, max_turns=8), cfg, env=PRECONDITION,
+                          adapter="cap", output_dir=tmp_path)
+    result = trainer.train()
+    return trainer, result, calls, read_trajectories(tmp_path / "rollouts" / "iter_0000.jsonl"), tok
+
+
+def test_the_update_batch_holds_the_unhinted_prompt(tmp_path, shipped, monkeypatch):
+    cfg = _config(hint_fraction=0.5)
+    _, result, calls, records, tok = _train_capturing(tmp_path, shipped, cfg, monkeypatch)
+    plan = plan_iteration(cfg.seed, 0, cfg.groups_per_iter, cfg.group_size, {PRECONDITION: 1.0}, 0.5)
+    hinted_flags = [bool(r.info.get("hint")) for r in records]
+    assert hinted_flags == [m in g.hinted for g in plan for m in range(cfg.group_size)]
+    assert sum(hinted_flags) == 4  # exactly the fraction: 2 of 4 in each group
+    for rec in records:
+        assert (HINT_OPEN in rec.messages[0]["content"]) == bool(rec.info.get("hint"))  # what the policy saw
+    (ids, masks, _, sampler_lps), = calls
+    assert ids, "the iteration trained nothing; pick a seed with an informative group"
+    expected = {tuple(training_sequence(r).token_ids): r for r in records}
+    guidance = tok.encode(HINT_OPEN, add_special_tokens=False)
+    n_hinted = 0
+    for seq, mask, lps in zip(ids, masks, sampler_lps):
+        rec = expected[tuple(seq)]  # every trained sequence is a record's sequence, swapped when hinted
+        text = tok.decode(seq, skip_special_tokens=False)
+        assert HINT_OPEN not in text
+        if rec.info.get("hint"):
+            n_hinted += 1
+            hint = rec.info["hint"]
+            assert hint["text"] not in text
+            plain, n = hint["unhinted_prompt_ids"], hint["hinted_prompt_len"]
+            assert seq == plain + rec.token_ids[n:] and mask == [0.0] * len(plain) + rec.loss_mask[n:]
+            assert lps is None  # the sampler's log-probs belong to the hinted prompt
+        else:
+            assert seq == rec.token_ids and lps == rec.logprobs
+        assert not any(seq[i:i + len(guidance)] == guidance for i in range(len(seq)))
+    assert n_hinted > 0
+    row = result.history[0]
+    assert row["hinted_records"] == 4
+    hinted_success = [r.success for r in records if r.info.get("hint")]
+    assert row["success_rate_hinted"] == pytest.approx(sum(hinted_success) / 4)
+    assert row["success_rate_unhinted"] == pytest.approx(sum(r.success for r in records if not r.info.get("hint")) / 4)
+    assert isinstance(row["hint_logprob_shift"], float)
+
+
+def test_hinted_old_logprobs_are_recomputed_under_the_unhinted_prompt(tmp_path, shipped, monkeypatch):
+    cfg = _config(hint_fraction=0.5, old_logprobs="sampler")
+    trainer, _, calls, records, _ = _train_capturing(tmp_path, shipped, cfg, monkeypatch)
+    (ids, masks, old_lps, sampler_lps), = calls
+    base_model, _ = load_policy(SHIPPED)  # the adapter starts at zero (B = 0): the base is the old policy
+    checked = 0
+    for seq, mask, old, lps in zip(ids, masks, old_lps, sampler_lps):
+        if lps is None:  # hinted
+            fresh, = sequence_logprobs(base_model, [Sample(seq, mask)], 4, cfg.temperature)
+            sel = torch.tensor(mask, dtype=torch.bool)
+            sel[0] = False
+            assert torch.allclose(old[sel], fresh[sel], atol=1e-5)
+            checked += 1
+        else:
+            assert torch.equal(old, torch.tensor(lps, dtype=torch.float32))
+    assert checked > 0
+
+
+# sha256 of the adapter after two iterations with hint_fraction = 0, measured with the trainer at 39aff78
+# (before hint injection) on the checkpoint whose model.safetensors hashes to _PIN_BASE. When the shipped
+# base changes, re-measure with that commit's code (git archive 39aff78 | tar -x; run the same config).
+_PIN_ADAPTER = "d3552ce5729734122b3686dbf8cf748f3f6af5782ef64c286dfaf30f95abc380"
+_PIN_BASE_SHA = "cb1764dabfbfa2bfb903bc524772d29222f281f72161d29e96d6e82d47c1e3c2"
+
+
+def test_zero_fraction_reproduces_the_trainer_before_hints_bit_for_bit(tmp_path, shipped, monkeypatch):
+    base_sha = hashlib.sha256((SHIPPED / "model.safetensors").read_bytes()).hexdigest()
+    if base_sha != _PIN_BASE_SHA:
+        pytest.fail(f"the shipped base changed ({base_sha}); re-measure _PIN_ADAPTER as the comment says")
+    cfg = _config(iterations=2, checkpoint_every=2)
+    _, result, _, _, _ = _train_capturing(tmp_path, shipped, cfg, monkeypatch)
+    digest = hashlib.sha256((result.adapter_dir / "adapter_model.safetensors").read_bytes()).hexdigest()
+    assert digest == _PIN_ADAPTER
