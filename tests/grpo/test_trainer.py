@@ -194,3 +194,18 @@ def test_default_yaml_mirrors_config_dataclass():
     cfg = GRPOConfig.from_mapping(doc)
     cfg.validate()
     assert cfg.to_dict() == GRPOConfig().to_dict()  # YAML defaults == dataclass defaults
+
+
+def test_a_run_killed_before_its_first_checkpoint_logs_each_iteration_once_when_resumed(tmp_path):
+    first, _ = make_trainer(tmp_path, small_config(iterations=2, checkpoint_every=2))
+    first.metrics.log(0, first.run_iteration(0))  # killed after iteration 0 was logged, before any checkpoint
+    from trace_train.trajectory import append_jsonl
+
+    append_jsonl(tmp_path / "seeds.jsonl", {"iteration": 0, "group": 0})
+    second, _ = make_trainer(tmp_path, small_config(iterations=2, checkpoint_every=2), resume=True)
+    assert second.start_iteration == 0
+    second.train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1]
+    seeds = [json.loads(line) for line in (tmp_path / "seeds.jsonl").read_text().splitlines()]
+    assert [s["iteration"] for s in seeds] == [0, 0, 1, 1]  # 2 groups per iteration, none doubled
