@@ -167,3 +167,11 @@ def test_zero_fraction_reproduces_the_trainer_before_hints_bit_for_bit(tmp_path,
     _, result, _, _, _ = _train_capturing(tmp_path, shipped, cfg, monkeypatch)
     digest = hashlib.sha256((result.adapter_dir / "adapter_model.safetensors").read_bytes()).hexdigest()
     assert digest == _PIN_ADAPTER
+
+
+def test_hints_on_an_env_without_one_fail_before_any_work(tmp_path, shipped):
+    model, tok = load_policy(SHIPPED)
+    with pytest.raises(ValueError, match="gives no hint"):
+        GRPOTrainer(model, lambda m: HFRolloutBackend(m, tok), _config(hint_fraction=0.5), env="trace/retail-sim-v0",
+                    adapter="cap", output_dir=tmp_path)
+    assert not (tmp_path / "config.json").exists()

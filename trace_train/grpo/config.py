@@ -142,6 +142,21 @@ def check_env_ids(env_ids: list[str]) -> None:
             raise ValueError(f"unknown env id {env_id!r}: not in gymnasium.registry{hint}")
 
 
+def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
+    """Fail unless every env answers ``reset(options={"hint": True})`` with a hint (grpo.hint_fraction > 0)."""
+    import gymnasium
+
+    for env_id in env_ids:
+        env = gymnasium.make(env_id, **dict(env_kwargs))
+        try:
+            _, info = env.reset(seed=0, options={"hint": True})
+        finally:
+            env.close()
+        if not info.get("hint") or "unhinted_system_prompt" not in info:
+            raise ValueError(f"grpo.hint_fraction > 0 but {env_id!r} gives no hint on reset(options={{'hint': True}}) "
+                             f"(the capability families do; set grpo.hint_fraction=0 for this env)")
+
+
 def check_output_dir(output_dir: str | Path, adapter: str, resume: bool) -> None:
     """Refuse to overwrite an existing adapter or run directory unless resuming."""
     if resume:

@@ -25,7 +25,13 @@ import torch
 from trace_train.grpo import dist
 from trace_train.grpo.advantages import group_advantages
 from trace_train.grpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from trace_train.grpo.config import GRPOConfig, check_env_ids, check_output_dir, normalize_envs
+from trace_train.grpo.config import (
+    GRPOConfig,
+    check_env_ids,
+    check_hint_support,
+    check_output_dir,
+    normalize_envs,
+)
 from trace_train.grpo.hints import is_hinted, training_sequence
 from trace_train.grpo.lora import (
     assert_only_lora_trainable,
@@ -123,6 +129,8 @@ class GRPOTrainer:
         config.validate()
         self.envs = normalize_envs(env)
         check_env_ids(list(self.envs))
+        if config.hint_fraction > 0:
+            check_hint_support(list(self.envs), env_kwargs or {})
         check_output_dir(output_dir, adapter, resume)
         if dist.world_size() > config.groups_per_iter:
             raise ValueError(f"groups_per_iter={config.groups_per_iter} < world size {dist.world_size()}")

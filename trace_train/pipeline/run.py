@@ -115,8 +115,9 @@ class Pipeline:
 
     def _baseline(self, name: str, model: str, envs: dict[str, str], out: Path) -> dict[str, Any]:
         iterations = self.cfg.train.iterations * max(1, len(envs))  # the same rollout budget as TRACE
-        if name == "grpo_target":
-            return grpo_run(self.cfg, self.grpo_cfg, model, self.cfg.target_env, name, out, iterations)
+        if name == "grpo_target":  # the target has no hints: grpo.hint_fraction is for the capability envs
+            return grpo_run(self.cfg, replace(self.grpo_cfg, hint_fraction=0.0), model, self.cfg.target_env, name,
+                            out, iterations)
         mixture = {env: 1.0 for env in envs.values()} or {self.cfg.target_env: 1.0}
         mode = "sft" if name == "sft" else "grpo"
         return grpo_run(self.cfg, self.grpo_cfg, model, mixture, name, out, iterations, mode=mode)
