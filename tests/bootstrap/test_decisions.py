@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from trace_envs.retail_sim import ExpertKnobs
@@ -29,11 +30,11 @@ def test_decision_points_sit_before_the_turn_that_acts_or_refuses(tmp_path):
         writes = [i for i in intents if i["kind"] != "question"]
         assert len(example.decisions) == len(writes)  # the oracle looks up every request's order
         for point, intent in zip(example.decisions, writes):
-            assert point.must_refuse == (not intent["eligible"])
+            assert point.label == (not intent["eligible"]) and point.decision == "precondition"
             assert point.case == ("allow" if intent["eligible"] else intent["ineligible_reason"])
             first = tokenizer.decode([example.ids[point.position + 1]])
             assert example.loss_mask[point.position + 1] == 1 and example.loss_mask[point.position] == 0
-            if point.must_refuse:
+            if point.label:
                 assert first != "Please"  # the oracle never asks to confirm a write it must refuse
             elif intent["kind"] in ("cancel", "return"):
                 assert first == "Please"
@@ -47,7 +48,8 @@ def test_decision_head_loss_is_binary_cross_entropy_at_the_points():
     head = DecisionHead(8)
     points = [[DecisionPoint(1, True, "ownership")],
               [DecisionPoint(3, False, "allow"), DecisionPoint(4, True, "status")]]
-    rows, cols, labels = decision_index(points)
+    rows, cols, labels, columns = decision_index(points)
+    assert columns.tolist() == [0, 0, 0]
     assert rows.tolist() == [0, 1, 1] and cols.tolist() == [1, 3, 4] and labels.tolist() == [1.0, 0.0, 1.0]
     logits = torch.stack([head.linear(hidden[0, 1]), head.linear(hidden[1, 3]), head.linear(hidden[1, 4])]).squeeze(-1)
     by_hand = -(labels * torch.log(torch.sigmoid(logits)) + (1 - labels) * torch.log(1 - torch.sigmoid(logits))).mean()
@@ -72,3 +74,92 @@ def test_bootstrap_with_the_decision_head_reports_it_and_saves_a_plain_policy(tm
     without, _ = load_policy(plain.model_dir)
     assert with_head.state_dict().keys() == without.state_dict().keys()  # the head is not part of the policy
     assert any(not torch.equal(a, b) for a, b in zip(with_head.state_dict().values(), without.state_dict().values()))
+
+
+DECISIONS = ("precondition", "multi_step", "structured", "precision")
+
+
+def _oracle_examples(tmp_path, n=60):
+    cfg = BootstrapConfig(**{**TINY, "max_len": 4096}, knobs=ORACLE, decision_loss_weight=1.0, decisions=DECISIONS)
+    runner = bc.Bootstrapper(BootstrapConfig(**{**TINY, "steps": 1}), tmp_path)
+    runner.run(progress=False)
+    _, tokenizer = load_policy(runner.model_dir)
+    renderer = ChatRenderer(tokenizer)
+    records = expert_episodes(cfg, list(range(1_000_000, 1_000_000 + n)))
+    return tokenizer, [(r, encode(renderer, r, cfg, with_decisions=True)) for r in records]
+
+
+def test_every_capability_has_its_decision_points_labelled_from_the_task(tmp_path):
+    tokenizer, examples = _oracle_examples(tmp_path)
+    seen = {}
+    for record, example in examples:
+        intents = record.info["task"]["intents"]
+        by = {d: [p for p in example.decisions if p.decision == d] for d in DECISIONS}
+        for p in by["multi_step"]:  # before a turn: the oracle continues exactly while requests are left
+            turn = tokenizer.decode(example.ids[p.position + 1: p.position + 4], skip_special_tokens=False)
+            assert example.loss_mask[p.position] == 0 and example.loss_mask[p.position + 1] == 1
+            assert p.label == (p.case == "requests_left") == turn.startswith("<tool_call>")
+        assert [p.label for p in by["multi_step"]] == [True] * (len(intents) - 1) + [False]
+        swaps = [i for i in intents if i["kind"] in ("exchange", "modify_items") and i["eligible"]]
+        cases = [p.case for p in by["structured"]]
+        assert cases.count("target") == cases.count("distractor") == len(swaps)
+        assert sum(p.label for p in by["structured"]) == len(swaps)
+        for p in by["structured"]:  # inside the product listing, after the candidate's own id
+            assert example.loss_mask[p.position] == 0
+            if p.case != "other":
+                wanted = {i["target_item_id"] if p.label else i["distractor_item_id"] for i in swaps}
+                context = tokenizer.decode(example.ids[max(0, p.position - 40): p.position + 1])
+                assert any(v in context for v in wanted)
+        acts = [i for i in intents if i["kind"] in ("cancel", "return", "modify_address") and i["eligible"]]
+        assert len(by["precision"]) == len(acts)
+        for p, intent in zip(by["precision"], acts):
+            exact = intent["kind"] == "modify_address" or intent["reason"] == "ordered by mistake" or \
+                intent["refund_to_gift_card"]
+            assert p.label == bool(exact)
+        for p in example.decisions:
+            seen[p.case] = seen.get(p.case, 0) + 1
+    for case in ("requests_left", "none_left", "target", "distractor", "exact_value", "default_value", "allow",
+                 "ownership"):
+        assert seen.get(case, 0) > 0, (case, seen)
+
+
+def test_an_expert_that_stops_early_is_labelled_as_leaving_requests(tmp_path):
+    cfg = BootstrapConfig(**{**TINY, "max_len": 4096}, knobs=KnobsConfig(**{**vars(ORACLE), "multi_step": 1.0}),
+                          decision_loss_weight=1.0, decisions=("multi_step",))
+    runner = bc.Bootstrapper(BootstrapConfig(**{**TINY, "steps": 1}), tmp_path)
+    runner.run(progress=False)
+    _, tokenizer = load_policy(runner.model_dir)
+    renderer = ChatRenderer(tokenizer)
+    multi = 0
+    for record in expert_episodes(cfg, list(range(1_000_000, 1_000_040))):
+        points = encode(renderer, record, cfg, with_decisions=True).decisions
+        n = len(record.info["task"]["intents"])
+        assert [p.label for p in points] == [n > 1]  # it reports after the first request, left or not
+        multi += n > 1
+    assert multi > 0
+
+
+def test_the_head_has_a_column_per_decision_and_weighs_decisions_equally():
+    torch.manual_seed(0)
+    hidden = torch.randn(1, 6, 8)
+    head = DecisionHead(8, ("precondition", "multi_step"))
+    points = [[DecisionPoint(1, True, "ownership"), DecisionPoint(2, False, "none_left", "multi_step"),
+               DecisionPoint(3, True, "requests_left", "multi_step"), DecisionPoint(4, True, "requests_left",
+                                                                                     "multi_step")]]
+    rows, cols, labels, columns = decision_index(points, head.decisions)
+    assert columns.tolist() == [0, 1, 1, 1]
+    logits = head.linear(hidden[0, [1, 2, 3, 4]])
+    picked = torch.stack([logits[0, 0], logits[1, 1], logits[2, 1], logits[3, 1]])
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(picked, labels, reduction="none")
+    by_hand = (bce[0] + bce[1:].mean()) / 2
+    assert torch.allclose(head.loss(hidden, rows, cols, labels, columns), by_hand, atol=1e-6)
+    with pytest.raises(ValueError, match="decisions"):
+        DecisionHead(8, ("precondition", "telepathy"))
+
+
+def test_the_decisions_key_keeps_old_hashes_and_changes_new_ones():
+    old = BootstrapConfig(**TINY, decision_loss_weight=1.0)
+    assert BootstrapConfig(**TINY, decision_loss_weight=1.0, decisions=("precondition",)).content_hash() == \
+        old.content_hash()
+    assert BootstrapConfig(**TINY, decision_loss_weight=1.0, decisions=DECISIONS).content_hash() != old.content_hash()
+    assert BootstrapConfig.from_dict({**TINY, "decisions": list(DECISIONS)}).decisions == DECISIONS

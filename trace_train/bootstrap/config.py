@@ -53,6 +53,8 @@ class BootstrapConfig:
     # shapes what the base represents (whose order, which status) while the LM head still clones the
     # imperfect expert; the head is not saved with the policy.
     decision_loss_weight: float = 0.0
+    # The decisions the head reads, one column each (trace_train.bootstrap.decisions.DECISIONS).
+    decisions: tuple[str, ...] = ("precondition",)
     max_len: int = 2048
     seed: int = 0
     threads: int = 1
@@ -72,6 +74,8 @@ class BootstrapConfig:
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown bootstrap config keys: {sorted(unknown)}")
+        if "decisions" in data:
+            data["decisions"] = tuple(data["decisions"])
         return cls(knobs=knobs, **data)
 
     @property
@@ -89,6 +93,10 @@ class BootstrapConfig:
             relevant.pop(key)
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
+        if not self.decision_loss_weight or self.decisions == ("precondition",):  # nor the precondition-only head
+            relevant.pop("decisions")
+        else:
+            relevant["decisions"] = list(self.decisions)
         if self.init_from:
             relevant["init_from"] = self.parent.content_hash()
         version = env_data_version(self.env)

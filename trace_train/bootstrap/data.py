@@ -86,7 +86,15 @@ def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfi
     copies = copy_mask(ids, mask, entity_ids) if entity_ids is not None else None
     decisions = None
     if with_decisions:
-        points = decision_points(record.messages, enc.turns, record.info.get("task") or {})
+        tokenizer = renderer.tokenizer
+        unk = tokenizer.unk_token_id
+
+        def token_id(entity: str) -> int | None:  # pool ids are single tokens of the domain tokenizer
+            tid = tokenizer.convert_tokens_to_ids(entity)
+            return None if tid is None or tid == unk else int(tid)
+
+        points = decision_points(record.messages, enc.turns, record.info.get("task") or {}, cfg.decisions,
+                                 ids, token_id)
         decisions = [p for p in points if p.position + 1 < len(ids)]
     return Example(ids, mask, record.seed, copies, decisions)
 

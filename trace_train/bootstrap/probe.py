@@ -24,12 +24,13 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
                          cfg: BootstrapConfig, batch_size: int = 8,
                          decision_head: DecisionHead | None = None) -> dict[str, Any]:
     """Argmax accuracy on assistant tokens, on entity-id tokens, and per entity type (and, given the
-    decision head, its held-out accuracy per case)."""
+    decision head, its held-out accuracy per case and per decision)."""
     entity_ids = entity_token_ids(tokenizer)
     records = expert_episodes(cfg, split_seeds("test", cfg.probe_episodes), env_kwargs={})
     examples = [encode(renderer, r, cfg, with_decisions=decision_head is not None) for r in records]
     case_hits: Counter[str] = Counter()
     case_total: Counter[str] = Counter()
+    decision_of: dict[str, str] = {}  # case -> its decision (case names are distinct across decisions)
     hits = total = 0
     type_hits: Counter[str] = Counter()
     type_total: Counter[str] = Counter()
@@ -40,9 +41,10 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
         predicted = model.lm_head(hidden[:, :-1]).argmax(-1)
         if decision_head is not None:
             points = [e.decisions or [] for e in examples[start: start + batch_size]]
-            for case, ok in head_outcomes(decision_head, hidden, points):
+            for decision, case, ok in head_outcomes(decision_head, hidden, points):
                 case_total[case] += 1
                 case_hits[case] += int(ok)
+                decision_of[case] = decision
         target = ids[:, 1:]
         select = mask[:, 1:].bool()
         correct = (predicted == target) & select
@@ -60,5 +62,17 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
     if decision_head is not None:
         summary["decision_probe"] = {"accuracy": sum(case_hits.values()) / max(1, sum(case_total.values())),
                                      "accuracy_by_case": {k: case_hits[k] / case_total[k] for k in sorted(case_total)},
-                                     "points_by_case": dict(sorted(case_total.items()))}
+                                     "points_by_case": dict(sorted(case_total.items())),
+                                     "by_decision": decision_summary(case_hits, case_total, decision_of)}
     return summary
+
+
+def decision_summary(hits: Counter[str], total: Counter[str], decision_of: dict[str, str]) -> dict[str, Any]:
+    """Per decision: accuracy, balanced accuracy (the mean of its cases' accuracies) and point count."""
+    out: dict[str, Any] = {}
+    for decision in sorted(set(decision_of.values())):
+        cases = [c for c, d in decision_of.items() if d == decision]
+        n = sum(total[c] for c in cases)
+        out[decision] = {"accuracy": sum(hits[c] for c in cases) / n, "points": n,
+                         "balanced_accuracy": sum(hits[c] / total[c] for c in cases) / len(cases)}
+    return out

@@ -131,7 +131,7 @@ class Bootstrapper:
         head = None
         if cfg.decision_loss_weight > 0:
             generator = torch.Generator().manual_seed(cfg.seed)
-            head = DecisionHead(model.config.hidden_size)
+            head = DecisionHead(model.config.hidden_size, cfg.decisions)
             torch.nn.init.normal_(head.linear.weight, std=0.02, generator=generator)
             torch.nn.init.zeros_(head.linear.bias)
         params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
@@ -163,7 +163,8 @@ class Bootstrapper:
                 loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight, hidden=hidden)
                 decision_loss = None
                 if head is not None:
-                    decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples]))
+                    decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples],
+                                                                      head.decisions))
                     loss = loss + cfg.decision_loss_weight * decision_loss
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

@@ -1,13 +1,13 @@
 """``openai`` rollout backend: episodes sampled by OpenAI-compatible servers (vLLM), token-in/token-out.
 
 The token stream of an episode is built exactly as the ``hf`` backend builds it (the episode
-bookkeeping — env reset, observation deltas from ``ChatRenderer``, env steps, the record — is the
-``hf`` backend's own code): each turn sends the episode's running id list as a token-id prompt to
-``POST /v1/completions`` with ``return_token_ids`` and ``logprobs``, so the server never re-renders
-or re-tokenizes text. The completion ids (ending with the stop token ``<|im_end|>``) are recorded as
-returned with mask 1 and the server's log-probs; a turn cut by the token budget gets an
-``<|im_end|>`` with mask 0. Each request carries a seed derived from the member's ``sample_seed``
-and the turn index.
+bookkeeping — env reset, observation deltas from ``ChatRenderer``, env steps, an env that raises
+ending its episode as ``env_error``, the record — is the ``hf`` backend's own code): each turn sends
+the episode's running id list as a token-id prompt to ``POST /v1/completions`` with
+``return_token_ids`` and ``logprobs``, so the server never re-renders or re-tokenizes text. The
+completion ids (ending with the stop token ``<|im_end|>``) are recorded as returned with mask 1 and
+the server's log-probs; a turn cut by the token budget gets an ``<|im_end|>`` with mask 0. Each
+request carries a seed derived from the member's ``sample_seed`` and the turn index.
 
 Every episode sticks to one server (``routing``: ``least_loaded`` — fewest live episodes, then fewest
 assigned so far — or ``round_robin``); all live episodes advance concurrently, one request each per
@@ -120,6 +120,8 @@ class OpenAIRolloutBackend:
 
     # The episode bookkeeping is the hf backend's, so both produce identical records.
     _start = HFRolloutBackend._start
+    _with_system = HFRolloutBackend._with_system
+    _hint_swap = HFRolloutBackend._hint_swap
     _check_context = HFRolloutBackend._check_context
     _apply_turn = HFRolloutBackend._apply_turn
     _env_step = HFRolloutBackend._env_step
