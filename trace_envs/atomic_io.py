@@ -1,27 +1,98 @@
-"""Atomic file writes (temp file in the same folder, fsync, rename), shared by envs and training."""
+"""Atomic file writes (temp file in the same folder, fsync, rename), shared by envs and training.
+
+The temp file is created the way ``open(path, "w")`` creates a file (mode ``0o666`` less the umask),
+and a replaced file keeps its own mode, so an atomic write leaves the permissions a plain write would.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
+import stat
 import tempfile
 from pathlib import Path
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temp file in the same folder, fsync, rename.
+def _create_temp(path: Path) -> tuple[Path, int]:
+    """Open a new temp file next to ``path``, created with mode 0o666 so the umask applies as for open()."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temp file next to {path}")
 
-    A crash leaves either the old file or the new one, never a half-written file.
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable; best effort (some filesystems refuse to fsync a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temp file in the same folder, fsync, rename.
+
+    A crash leaves either the old file or the new one, never a half-written file. A new file gets
+    ``0o666 & ~umask``; a replaced file keeps its mode.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        keep_mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        keep_mode = None
+    tmp, fd = _create_temp(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
+            if keep_mode is not None:
+                os.fchmod(fh.fileno(), keep_mode)
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
     return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`write_bytes_atomic`."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_temp_dir(parent: str | os.PathLike, prefix: str) -> Path:
+    """A new temp folder in ``parent`` with the mode ``mkdir`` would give (``0o777 & ~umask``), not the
+    ``0o700`` of ``tempfile.mkdtemp``: it becomes the published folder once renamed."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp
+
+
+def set_plain_write_modes(root: str | os.PathLike) -> None:
+    """Give every file under ``root`` the mode a plain ``open(path, "w")`` would (``0o666 & ~umask``)
+    and every folder ``0o777 & ~umask``; for trees written by libraries that create files ``0o600``
+    (safetensors) before they are renamed into place."""
+    mask = current_umask()
+    for dirpath, _, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o666 & ~mask)

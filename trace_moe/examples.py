@@ -95,12 +95,16 @@ def read_examples(path: str | Path, slot_names: Sequence[str], only_successful: 
     With ``only_successful`` trajectory rows whose ``success`` is false are dropped (the paper trains
     gates on successful synthetic-env rollouts only).
     """
-    from trace_train.trajectory import ReadReport, iter_jsonl
+    from trace_train.trajectory import ReadReport, iter_jsonl_numbered
 
     report = ReadReport()
     out: list[GateExample] = []
     skipped = 0
-    for row in iter_jsonl(path, report):
+    for number, row in iter_jsonl_numbered(path, report):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: a gate example must be a JSON object, got {type(row).__name__}")
+        if "success" in row and not isinstance(row["success"], bool):  # "false" must not read as a success
+            raise ValueError(f"{path}:{number}: field 'success' must be a bool, got {row['success']!r}")
         if only_successful and row.get("success") is False:
             skipped += 1
             continue

@@ -1,18 +1,21 @@
 """The trajectory record: the common currency of rollout, analysis, training, evaluation and report.
 
 One record per episode, stored as one JSON line. Files are written atomically (temp file + rename);
-the reader survives a truncated last line (a crash mid-append) and reports it.
+the reader validates every line against the record schema (a bad line names its file, line and
+field) and survives a truncated last line (a crash mid-append), which it reports.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trace_envs.atomic_io import write_text_atomic  # re-exported: one place for atomic writes
 
@@ -32,6 +35,119 @@ class TurnTokens:
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
+
+
+class RecordError(ValueError):
+    """A trajectory row that does not match the record schema (the message names where and which field)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _check_messages(value: Any) -> str | None:
+    if not isinstance(value, list):
+        return "must be a list of message dicts"
+    for i, msg in enumerate(value):
+        if not isinstance(msg, dict):
+            return f"item {i} must be a message dict, got {_describe(msg)}"
+        if not isinstance(msg.get("role"), str):
+            return f"item {i} must have a string 'role', got {_describe(msg.get('role'))}"
+        content = msg.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            return f"item {i} 'content' must be a string, a list or null, got {_describe(content)}"
+    return None
+
+
+def _check_list(all_ok: Callable[[list], bool], item_ok: Callable[[Any], bool], items: str,
+                item: str) -> Callable[[Any], str | None]:
+    """A null-or-list check: ``all_ok`` is the fast whole-list test (token lists are long), ``item_ok``
+    finds the first bad item for the message."""
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            return f"must be null or a list of {items}"
+        if all_ok(value):
+            return None
+        for i, entry in enumerate(value):
+            if not item_ok(entry):
+                return f"item {i} must be {item}, got {_describe(entry)}"
+        return None
+
+    return check
+
+
+def _all_ints(value: list) -> bool:
+    return all(type(v) is int for v in value)  # bool is not int here
+
+
+def _all_numbers(value: list) -> bool:
+    return all(type(v) is float or type(v) is int for v in value)
+
+
+def _simple(ok: Callable[[Any], bool], what: str) -> Callable[[Any], str | None]:
+    return lambda value: None if ok(value) else f"must be {what}"
+
+
+# field -> (required, check returning None or what is wrong). Mirrors TrajectoryRecord below.
+_FIELDS: dict[str, tuple[bool, Callable[[Any], str | None]]] = {
+    "env_id": (True, _simple(lambda v: isinstance(v, str) and bool(v), "a non-empty string")),
+    "seed": (True, _simple(_is_int, "an integer")),
+    "messages": (True, _check_messages),
+    "reward": (True, _simple(lambda v: _is_number(v) and math.isfinite(v), "a finite number")),
+    "success": (True, _simple(lambda v: isinstance(v, bool), "a bool (true or false)")),
+    "termination": (True, _simple(lambda v: isinstance(v, str), "a string")),
+    "policy": (False, _simple(lambda v: isinstance(v, str), "a string")),
+    "reward_breakdown": (False, _simple(lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and _is_number(x) for k, x in v.items()), "a dict of name -> number")),
+    "info": (False, _simple(lambda v: isinstance(v, dict), "a dict")),
+    "token_ids": (False, _check_list(lambda v: _all_ints(v) and min(v, default=0) >= 0,
+                                     lambda v: _is_int(v) and v >= 0, "ids", "a non-negative integer")),
+    "loss_mask": (False, _check_list(lambda v: _all_ints(v) and set(v) <= {0, 1},
+                                     lambda v: _is_int(v) and v in (0, 1), "0s and 1s", "0 or 1")),
+    "logprobs": (False, _check_list(_all_numbers, _is_number, "numbers", "a number")),
+    "episode_id": (False, _simple(lambda v: isinstance(v, str), "a string")),
+    "schema_version": (False, _simple(lambda v: _is_int(v) and v >= 1, "a positive integer")),
+}
+
+
+def validate_record(data: Any, where: str = "record") -> dict[str, Any]:
+    """Check one row against the trajectory schema and return it; raise :class:`RecordError` naming ``where``.
+
+    Every field's type is checked (``success`` must be a JSON bool: ``"false"`` is an error, not a
+    pass), required fields must be present, and token ids, loss mask and log-probs must align.
+    Unknown keys are allowed (readers may add their own, e.g. ``capability``).
+    """
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: a trajectory record must be a JSON object, got {_describe(data)}")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if _is_int(version) and version > SCHEMA_VERSION:
+        raise RecordError(f"{where}: trajectory schema {version} is newer than this trace-rl ({SCHEMA_VERSION})")
+    for name, (required, check) in _FIELDS.items():
+        if name not in data:
+            if required:
+                raise RecordError(f"{where}: required field {name!r} is missing")
+            continue
+        problem = check(data[name])
+        if problem is not None:
+            got = "" if ", got " in problem else f", got {_describe(data[name])}"  # item checks say it
+            raise RecordError(f"{where}: field {name!r} {problem}{got}")
+    ids = data.get("token_ids")
+    for name in ("loss_mask", "logprobs"):
+        other = data.get(name)
+        if ids is not None and other is not None and len(other) != len(ids):
+            raise RecordError(f"{where}: field {name!r} has {len(other)} entries for {len(ids)} token_ids")
+    return data
 
 
 @dataclass
@@ -63,30 +179,69 @@ class TrajectoryRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrajectoryRecord:
-        version = data.get("schema_version", SCHEMA_VERSION)
-        if version > SCHEMA_VERSION:
-            raise ValueError(f"trajectory schema {version} is newer than this trace-rl ({SCHEMA_VERSION})")
+    def from_dict(cls, data: dict[str, Any], where: str = "record") -> TrajectoryRecord:
+        """Build a record from a validated row (see :func:`validate_record`); unknown keys are ignored."""
+        validate_record(data, where)
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def dumps_line(row: Any) -> str:
+    """One JSONL line. Non-ASCII stays readable; a string UTF-8 cannot encode (a lone surrogate such
+    as U+D800) makes the line fall back to ASCII ``\\uXXXX`` escapes, which read back to the same string."""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(row, ensure_ascii=True)
+    return text + "\n"
+
+
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Path:
     """Write ``rows`` as JSONL to ``path`` atomically."""
-    return write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return write_text_atomic(path, "".join(dumps_line(row) for row in rows))
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
-    """Write one JSON document atomically."""
-    return write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False, default=str))
+    """Write one JSON document atomically (lone surrogates are escaped, as in :func:`dumps_line`)."""
+    text = json.dumps(obj, indent=indent, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, indent=indent, ensure_ascii=True, default=str)
+    return write_text_atomic(path, text)
+
+
+def _drop_partial_last_line(path: Path) -> None:
+    """A crash mid-append leaves a last line without its newline; appending after it would glue the next
+    row onto it and turn it into an unreadable inner line, so cut it off (it is unrecoverable anyway)."""
+    with open(path, "rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        block, pos = b"", size
+        while pos > 0 and b"\n" not in block:
+            step = min(65536, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step) + block
+        keep = pos + block.rfind(b"\n") + 1  # 0 when the file has no complete line
+        fh.truncate(keep)
+    logger.warning("%s: dropped a partial last line of %d bytes (crash mid-append?) before appending",
+                   path, size - keep)
 
 
 def append_jsonl(path: str | os.PathLike, row: dict[str, Any]) -> None:
     """Append one line (for streaming writers); a crash can only truncate the last line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        _drop_partial_last_line(path)
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        fh.write(dumps_line(row))
         fh.flush()
 
 
@@ -97,23 +252,38 @@ class ReadReport:
     bad_lines: list[int] = field(default_factory=list)
 
 
-def iter_jsonl(path: str | os.PathLike, report: ReadReport | None = None) -> Iterator[dict[str, Any]]:
-    """Yield JSON objects; a broken *last* line is reported and skipped, a broken inner line raises."""
+def iter_jsonl_numbered(path: str | os.PathLike, report: ReadReport | None = None) -> Iterator[tuple[int, Any]]:
+    """Yield ``(1-based line number, JSON value)``. A broken last line without its newline (a crash
+    mid-append) is reported and skipped; any other broken line raises ``ValueError`` naming file and line."""
     report = report if report is not None else ReadReport()
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            if number == len(lines):
+            if number == len(lines) and not text.endswith("\n"):
                 report.truncated_last_line = True
                 logger.warning("%s: last line %d is truncated (crash mid-write?); skipped", path, number)
                 continue
+            report.bad_lines.append(number)
             raise ValueError(f"{path}:{number}: not valid JSON ({exc})") from exc
         report.rows += 1
+        yield number, row
+
+
+def iter_jsonl(path: str | os.PathLike, report: ReadReport | None = None) -> Iterator[Any]:
+    """Yield the JSON value of each line (see :func:`iter_jsonl_numbered`); no schema check."""
+    for _, row in iter_jsonl_numbered(path, report):
         yield row
+
+
+def iter_trajectory_rows(path: str | os.PathLike, report: ReadReport | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the rows of a trajectory file as dicts, each validated (:func:`validate_record`)."""
+    for number, row in iter_jsonl_numbered(path, report):
+        yield validate_record(row, f"{path}:{number}")
 
 
 def drop_rows_from(path: str | os.PathLike, key: str, start: int) -> None:
@@ -123,11 +293,46 @@ def drop_rows_from(path: str | os.PathLike, key: str, start: int) -> None:
 
 
 def write_trajectories(path: str | os.PathLike, records: Iterable[TrajectoryRecord]) -> Path:
-    return write_jsonl_atomic(path, (r.to_dict() for r in records))
+    """Write records atomically; each is validated first, so what is written reads back."""
+    rows = [validate_record(r.to_dict(), f"record {i} for {path}") for i, r in enumerate(records)]
+    return write_jsonl_atomic(path, rows)
 
 
 def read_trajectories(path: str | os.PathLike, report: ReadReport | None = None) -> list[TrajectoryRecord]:
-    return [TrajectoryRecord.from_dict(row) for row in iter_jsonl(path, report)]
+    """Read and validate a trajectory file; a bad line raises :class:`RecordError` naming file, line and field."""
+    return [TrajectoryRecord.from_dict(row, f"{path}:{number}") for number, row in iter_jsonl_numbered(path, report)]
+
+
+class OutputBusyError(RuntimeError):
+    """Another process holds the lock of an output file."""
+
+
+@contextmanager
+def exclusive_output(path: str | os.PathLike) -> Iterator[Path]:
+    """Hold an exclusive lock on ``<path>.lock`` (``fcntl.flock``, released on exit or process death).
+
+    Fails at once with :class:`OutputBusyError` when another process holds it, so two writers of
+    the same output never interleave. The lock file stays (removing it would race a new locker).
+    """
+    import fcntl
+
+    path = Path(path)
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            who = f" by pid {holder}" if holder.isdigit() else ""
+            raise OutputBusyError(f"{path} is being written{who} (lock {lock} is held); wait for that run "
+                                  f"to finish or choose another out=") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield path
+    finally:
+        os.close(fd)
 
 
 def compact_text(record: TrajectoryRecord, max_tool_chars: int = 300) -> str:

@@ -1,4 +1,8 @@
-"""A local OpenAI-compatible chat server for tests (http.server on 127.0.0.1, ephemeral port)."""
+"""A local OpenAI-compatible chat server for tests (http.server on 127.0.0.1, ephemeral port).
+
+Besides answers and HTTP errors it injects slow-server faults: :class:`Trickle` sends the whole
+response one byte at a time, :class:`Hang` waits before answering.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +10,65 @@ import json
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-Responder = Callable[[dict[str, Any], int], "str | tuple[int, str]"]
+
+@dataclass(frozen=True)
+class Trickle:
+    """Send the response (status line, headers, body of ``answer``) one byte every ``interval_s``."""
+
+    answer: str = "{}"
+    interval_s: float = 0.2
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Send nothing for ``seconds`` (or until the server stops), then answer ``answer``."""
+
+    seconds: float = 3600.0
+    answer: str = "{}"
+
+
+Responder = Callable[[dict[str, Any], int], "str | tuple[int, str] | Trickle | Hang"]
+
+
+def chat_payload(answer: str, model: Any = None) -> str:
+    """An OpenAI chat-completion body whose assistant message is ``answer``."""
+    return json.dumps({
+        "id": "x", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}],
+    })
+
+
+def trickle_response(handler: BaseHTTPRequestHandler, status: int, data: bytes, interval_s: float,
+                     stop: threading.Event) -> None:
+    """Write a whole HTTP response through ``handler`` one byte every ``interval_s`` until done,
+    the client hangs up or ``stop`` is set."""
+    head = (f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    handler.close_connection = True
+    try:
+        for byte in head + data:
+            handler.wfile.write(bytes([byte]))
+            if stop.wait(interval_s):
+                return
+    except OSError:  # the client gave up: that is the point of the fault
+        pass
 
 
 class FakeLLMServer:
     """Serves ``POST /v1/chat/completions``; ``responder(body, n)`` gives the answer text of request n
-    (or ``(status, raw_body)`` to fail it). Every request body and header set is recorded."""
+    (or ``(status, raw_body)`` to fail it, or a :class:`Trickle` / :class:`Hang` fault). Every
+    request body and header set is recorded."""
 
     def __init__(self, responder: Responder):
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
+        self.stop = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,20 +78,27 @@ class FakeLLMServer:
                 outer.headers.append(dict(self.headers))
                 outer.requests.append(body)
                 answer = outer.responder(body, len(outer.requests) - 1)
+                if isinstance(answer, Trickle):
+                    data = chat_payload(answer.answer, body.get("model")).encode()
+                    trickle_response(self, 200, data, answer.interval_s, outer.stop)
+                    return
+                if isinstance(answer, Hang):
+                    if outer.stop.wait(answer.seconds):
+                        return
+                    answer = answer.answer
                 if isinstance(answer, tuple):
                     status, raw = answer
                 else:
-                    status, raw = 200, json.dumps({
-                        "id": "x", "object": "chat.completion", "model": body.get("model"),
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": answer}}],
-                    })
+                    status, raw = 200, chat_payload(answer, body.get("model"))
                 data = raw.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up (timeout tests)
+                    pass
 
             def log_message(self, *args):  # keep test output quiet
                 pass
@@ -61,6 +116,7 @@ class FakeLLMServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

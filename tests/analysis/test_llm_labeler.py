@@ -97,8 +97,9 @@ def test_partial_answer_is_retried_for_the_missing_trajectories_only(tmp_path):
 
 def test_garbage_is_retried_then_reported_missing_not_na(tmp_path):
     recs = records(4)
-    with FakeLLMServer(lambda body, n: "I cannot help with that.") as srv:
-        run = LLMLabeler(client(srv, tmp_path), batch_size=4, label_retries=2).label_run(recs, CAPS, 0)
+    with FakeLLMServer(lambda body, n: "I cannot help with that.") as srv:  # coverage check off: see test_llm_faults
+        run = LLMLabeler(client(srv, tmp_path), batch_size=4, label_retries=2,
+                         min_labeled_fraction=0.0).label_run(recs, CAPS, 0)
     assert len(srv.requests) == 3                                        # 1 + 2 retries, then give up
     assert len(run) == 0 and len(run.missing) == 8
     res = aggregate([run], CAPS, {r.episode_id: r.success for r in recs}, Thresholds(k=1))

@@ -163,3 +163,31 @@ def test_the_decisions_key_keeps_old_hashes_and_changes_new_ones():
         old.content_hash()
     assert BootstrapConfig(**TINY, decision_loss_weight=1.0, decisions=DECISIONS).content_hash() != old.content_hash()
     assert BootstrapConfig.from_dict({**TINY, "decisions": list(DECISIONS)}).decisions == DECISIONS
+
+
+def test_hinted_bc_episodes_are_the_configured_share_and_the_expert_follows_them():
+    from trace_train.bootstrap.data import hinted_seed
+
+    seeds = list(range(1_000_000, 1_000_400))
+    assert abs(sum(hinted_seed(s, 0.3) for s in seeds) / len(seeds) - 0.3) < 0.06
+    assert not any(hinted_seed(s, 0.0) for s in seeds)
+    cfg = BootstrapConfig(**TINY, knobs=KnobsConfig(precondition=1.0, structured=1.0, multi_step=1.0, precision=1.0),
+                          hint_fraction=0.5, hint_uptake=1.0)
+    records = expert_episodes(cfg, seeds[:80])
+    hinted = [r for r in records if "<expert_guidance>" in r.messages[0]["content"]]
+    assert {r.seed for r in hinted} <= {s for s in seeds[:80] if hinted_seed(s, 0.5)}
+    assert len(hinted) > 10
+    plain = expert_episodes(cfg, seeds[:80], hints=False)
+    assert not any("<expert_guidance>" in r.messages[0]["content"] for r in plain)
+    # A fully lacking expert that follows every hint solves hinted tasks needing only the hinted capability.
+    by_seed = {r.seed: r for r in plain}
+    single = [r for r in hinted if len(r.info["task"]["required_capabilities"]) == 1]
+    assert single
+    for r in single:
+        assert r.reward == 1.0 and by_seed[r.seed].reward == 0.0
+
+
+def test_hint_keys_keep_old_hashes():
+    base = BootstrapConfig(**TINY)
+    assert BootstrapConfig(**TINY, hint_fraction=0.0, hint_uptake=0.0).content_hash() == base.content_hash()
+    assert BootstrapConfig(**TINY, hint_fraction=0.3, hint_uptake=0.7).content_hash() != base.content_hash()

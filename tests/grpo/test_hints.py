@@ -9,7 +9,7 @@ import torch
 import trace_envs  # noqa: F401
 import trace_train.grpo.trainer as trainer_module
 from trace_envs.families import FAMILIES
-from trace_envs.families.base import HINT_OPEN, with_hint
+from trace_envs.hints import HINT_OPEN, with_hint
 from trace_train.grpo import GRPOConfig, GRPOTrainer
 from trace_train.grpo.hints import training_sequence
 from trace_train.grpo.lora import LoraSettings
@@ -55,7 +55,7 @@ def test_a_family_hint_changes_only_the_system_prompt_and_never_gives_the_call(c
         obs_h, info_h = env.reset(seed=seed, options={"hint": True})
         obs, info = env.reset(seed=seed)
         assert obs_h == obs and info_h["task"] == info["task"] and info_h["tools"] == info["tools"]
-        assert info["hint"] is None and info_h["hint"]
+        assert info["hint"] is None and info_h["hint"] and info_h["hint_capability"] == capability
         assert info["system_prompt"] == info["unhinted_system_prompt"] == info_h["unhinted_system_prompt"]
         assert info_h["system_prompt"] == with_hint(info["system_prompt"], info_h["hint"])
         hint = info_h["hint"]
@@ -171,7 +171,27 @@ def test_zero_fraction_reproduces_the_trainer_before_hints_bit_for_bit(tmp_path,
 
 def test_hints_on_an_env_without_one_fail_before_any_work(tmp_path, shipped):
     model, tok = load_policy(SHIPPED)
-    with pytest.raises(ValueError, match="gives no hint"):
-        GRPOTrainer(model, lambda m: HFRolloutBackend(m, tok), _config(hint_fraction=0.5), env="trace/retail-sim-v0",
+    from grpo_toy import ENV_ID  # a toy env without hints
+
+    with pytest.raises(ValueError, match="does not support hints"):
+        GRPOTrainer(model, lambda m: HFRolloutBackend(m, tok), _config(hint_fraction=0.5), env=ENV_ID,
                     adapter="cap", output_dir=tmp_path)
     assert not (tmp_path / "config.json").exists()
+
+
+def test_the_openai_backend_records_the_same_hint_swap_as_hf(shipped):
+    from tests.rollout_openai.fake_server import FakeOpenAIServer
+    from trace_train.rollout import EpisodeRequest, SamplingParams
+    from trace_train.rollout.openai_backend import OpenAIRolloutBackend
+
+    model, tok = shipped
+    reqs = [EpisodeRequest(PRECONDITION, seed=s, sample_seed=s, hint=h) for s in (1, 2) for h in (True, False)]
+    sampling = SamplingParams(max_new_tokens=48, greedy=True)
+    hf = HFRolloutBackend(model, tok, max_turns=3, policy_name="p").rollout(reqs, sampling)
+    with FakeOpenAIServer(model, tok) as srv:
+        served = OpenAIRolloutBackend([srv.base_url], "tiny", tok, max_turns=3, policy_name="p").rollout(reqs, sampling)
+    for a, b, req in zip(served, hf, reqs):
+        assert a.info.get("hint") == b.info.get("hint") and bool(a.info.get("hint")) == req.hint
+        assert a.token_ids == b.token_ids
+        if req.hint:
+            assert training_sequence(a).token_ids == training_sequence(b).token_ids

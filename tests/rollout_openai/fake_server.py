@@ -4,7 +4,8 @@ Serves ``GET /v1/models``, ``POST /v1/completions`` (token-id prompts, ``return_
 ``logprobs``, ``seed``, ``stop_token_ids``) and vLLM's ``/v1/load_lora_adapter`` /
 ``/v1/unload_lora_adapter`` (adapters are loaded with peft and used when ``model`` names them),
 with vLLM's status codes and error texts. ``hook(path, body, n)`` may inject faults: return
-``(status, raw_body)`` to answer with that, or a float to sleep that long first.
+``(status, raw_body)`` to answer with that, a float to sleep that long first, or a
+``tests.analysis.llm_server.Trickle`` to send the normal answer one byte every ``interval_s``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from typing import Any, Callable
 
 import torch
 
+from tests.analysis.llm_server import Trickle, trickle_response
 from trace_train.grpo.lora import load_adapter, load_adapter_weights
 from trace_train.rollout.base import SamplingParams
 from trace_train.rollout.hf import adapter_scope
 from trace_train.rollout.hf_generate import generate_turn
 from trace_train.rollout.sampling import make_generator
 
-Hook = Callable[[str, dict, int], "tuple[int, str] | float | None"]
+Hook = Callable[[str, dict, int], "tuple[int, str] | float | Trickle | None"]
 
 
 class FakeOpenAIServer:
@@ -42,6 +44,7 @@ class FakeOpenAIServer:
         self.log: list[tuple[str, dict]] = []  # (path, body) in arrival order
         self._lock = threading.Lock()
         self._gen_lock = threading.Lock()
+        self._stop = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,6 +69,7 @@ class FakeOpenAIServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -85,6 +89,10 @@ class FakeOpenAIServer:
         if isinstance(fault, (int, float)) and not isinstance(fault, bool):
             time.sleep(float(fault))
             fault = None
+        if isinstance(fault, Trickle):
+            status, text = self._route(method, handler.path, body)
+            trickle_response(handler, status, text.encode(), fault.interval_s, self._stop)
+            return
         if fault is not None:
             status, text = fault
         else:

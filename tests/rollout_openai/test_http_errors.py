@@ -75,6 +75,32 @@ def test_timeout_is_a_clear_error(model, tokenizer):
     assert srv.base_url in str(err.value) and "after 2 attempts" in str(err.value)
 
 
+def test_trickling_server_hits_the_total_deadline(model, tokenizer):
+    from tests.analysis.llm_server import Trickle
+
+    delays = []  # one byte every 0.2 s: no single read times out, only a total deadline ends it
+    with FakeOpenAIServer(model, tokenizer, hook=_fail_completions([Trickle(interval_s=0.2)] * 2)) as srv:
+        backend = _backend([srv.base_url], tokenizer, delays, retries=1, timeout=1.0)
+        backend.check_server()
+        start = time.monotonic()
+        with pytest.raises(RolloutServerError, match=r"timed out: no complete response within the 1 s deadline"
+                           ) as err:
+            backend.rollout(REQS, SAMPLING)
+        elapsed = time.monotonic() - start
+        assert sum(p == "/v1/completions" for p in srv.paths()) == 2
+    assert "after 2 attempts" in str(err.value) and f"{srv.base_url}/completions" in str(err.value)
+    assert delays == [0.5] and elapsed < 10  # retried once per the policy, and it ended
+
+
+def test_a_fast_trickle_within_the_deadline_is_read_whole():
+    from tests.analysis.llm_server import FakeLLMServer, Trickle
+
+    client = JSONHTTPClient(retries=0, timeout=30.0)
+    with FakeLLMServer(lambda body, n: Trickle("x" * 50, interval_s=0.001)) as srv:
+        payload = client.post(srv.base_url + "/chat/completions", {"a": 1})
+    assert payload["choices"][0]["message"]["content"] == "x" * 50 and client.requests_made == 1
+
+
 def test_unreachable_server(tokenizer):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -77,9 +77,9 @@ def test_memory_limit_and_network(local_tasks):
         res = backend.run("python -c \"x = bytearray(1024 * 1024 * 1024); print('allocated')\"")
         assert res.returncode != 0 and "MemoryError" in res.output
         res = backend.run("python -c \"import socket; print(sorted(n for _, n in socket.if_nameindex()))\"")
-        if network_isolation_available():  # unshare -rn: only the loopback interface exists
+        if network_isolation_available():  # own network namespace: only the loopback interface exists
             assert res.output.strip() == "['lo']"
-        else:  # documented fallback: commands run with the host's network
+        else:  # reported fallback (info['sandbox'], a warning): commands run with the host's network
             assert res.returncode == 0
     finally:
         backend.close()

@@ -58,3 +58,37 @@ def test_newer_schema_is_refused():
 def test_compact_text_clips_tool_output():
     text = compact_text(_record(3), max_tool_chars=50)
     assert "<call f({})>" in text and "x" * 51 not in text and text.startswith("[trajectory")
+
+
+def test_lone_surrogate_is_written_and_read_back(tmp_path):
+    """A Python str UTF-8 cannot encode (a lone surrogate from a tool's output) must not fail the writer."""
+    from trace_train.trajectory import iter_jsonl, write_json_atomic
+
+    text = "bad \ud800 byte, café"
+    record = _record(1)
+    record.messages.append({"role": "tool", "name": "f", "content": text})
+    plain = _record(2)
+    plain.messages.append({"role": "user", "content": "café"})
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [record, plain])
+    append_jsonl(path, {**_record(3).to_dict(), "info": {"note": "\udfff"}})
+    back = read_trajectories(path)
+    assert back[0].messages[-1]["content"] == text and back[2].info == {"note": "\udfff"}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert "\\ud800" in lines[0]  # escaped on the one line that needs it
+    assert "café" in lines[1] and "\\u" not in lines[1]  # other lines keep non-ASCII readable
+    write_json_atomic(tmp_path / "doc.json", {"text": text})
+    assert json.loads((tmp_path / "doc.json").read_text(encoding="utf-8")) == {"text": text}
+    assert list(iter_jsonl(path))[0]["messages"][-1]["content"] == text
+
+
+def test_append_after_a_crash_mid_append_keeps_the_file_readable(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [_record(1)])
+    append_jsonl(path, _record(2).to_dict())
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # a crash mid-append of record 2
+    append_jsonl(path, _record(3).to_dict())  # the resumed writer goes on
+    report = ReadReport()
+    assert [r.seed for r in read_trajectories(path, report)] == [1, 3]
+    assert not report.truncated_last_line and report.rows == 2

@@ -7,8 +7,9 @@ the same way for the rollout backends.
 
 Protocol per ``step(action)``:
 * the action (raw text or a message dict) is parsed by ``trace_envs.core.parsing``;
-* tool calls run in order and each yields a ``tool`` message; malformed calls, unknown tools and bad
-  arguments yield ``Error: ...`` tool messages and count as errors;
+* tool calls run in order and each yields a ``tool`` message; malformed calls (and calls a subclass
+  refuses in ``check_call``), unknown tools and bad arguments yield ``Error: ...`` tool messages and
+  count as errors;
 * plain text goes to the user, whose reply is the observation; ``###STOP###`` from the user ends the
   episode (user stop), as does ``###STOP###`` in the assistant's text (agent stop) and a call to
   ``transfer_to_human_agents`` (transfer);
@@ -24,7 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from trace_envs.core.parsing import ParsedTurn, assistant_message, parse_action
+from trace_envs.core.parsing import ParsedTurn, ToolCall, assistant_message, parse_action
 from trace_envs.core.spaces import MessageList, MessageText
 from trace_envs.core.tools import ToolBox
 
@@ -102,6 +103,11 @@ class ToolUseEnv(gym.Env, ABC):
     def _new_episode(self, options: dict[str, Any] | None) -> Episode:
         """Build an episode from ``self.np_random`` (already seeded by ``reset``)."""
 
+    def check_call(self, call: ToolCall) -> str | None:
+        """An error message to refuse a well-formed call before it runs or enters the transcript
+        (as a malformed call would be); default: every call is let through."""
+        return None
+
     # -- gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -126,7 +132,7 @@ class ToolUseEnv(gym.Env, ABC):
         if self._done:
             raise RuntimeError("episode is over; call reset()")
         self._steps += 1
-        turn = parse_action(action)
+        turn = self._screen(parse_action(action))
         if turn.format_ok:
             self._format_ok_turns += 1
         self._transcript.append(assistant_message(turn))
@@ -161,6 +167,17 @@ class ToolUseEnv(gym.Env, ABC):
     def _next_call_id(self) -> str:
         self._call_counter += 1
         return f"call_{self._call_counter}"
+
+    def _screen(self, turn: ParsedTurn) -> ParsedTurn:
+        kept = []
+        for call in turn.tool_calls:
+            refusal = self.check_call(call)
+            if refusal is None:
+                kept.append(call)
+            else:
+                turn.errors.append(refusal)
+        turn.tool_calls = kept
+        return turn
 
     def _respond(self, turn: ParsedTurn) -> tuple[list[dict[str, Any]], str | None]:
         episode = self._episode

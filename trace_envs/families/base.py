@@ -7,11 +7,8 @@ policy text and scripted user) and annotates ``info['task']`` with the domain's 
 many independent chances the task gives a policy lacking that capability to fail; the family
 expert uses it, see ``trace_envs.families.experts``).
 
-Hints (paper §3.5): ``reset(options={"hint": True})`` appends the family's guidance (what to attend
-to, never the tool call or its arguments) to the system prompt inside ``<expert_guidance>`` tags.
-The task drawn from the seed is the same with or without the hint; ``info['hint']`` carries the
-guidance (``None`` unhinted) and ``info['unhinted_system_prompt']`` the plain policy, which a
-trainer swaps back in before the update.
+Hints (paper §3.5, ``trace_envs.hints``): ``reset(options={"hint": True})`` appends the family's
+capability hint to the system prompt; the task drawn from the seed is the same with or without it.
 """
 
 from __future__ import annotations
@@ -26,25 +23,12 @@ import numpy as np
 
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.domains import Domain, Request, get_domain
+from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 
-HINT_OPEN, HINT_CLOSE = "<expert_guidance>", "</expert_guidance>"
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
 _REFUSAL = re.compile(
     r"\b(cannot|can't|can ?not|unable|not able|won't be able|refuse|refusing|not allowed|not permitted|"
     r"not eligible|ineligible|not possible)\b", re.IGNORECASE)
-
-
-def with_hint(system_prompt: str, hint: str) -> str:
-    """The system prompt with ``hint`` appended as an ``<expert_guidance>`` block."""
-    return f"{system_prompt}\n\n{HINT_OPEN}\n{hint}\n{HINT_CLOSE}"
-
-
-def hint_requested(options: dict[str, Any] | None) -> bool:
-    """Whether reset ``options`` ask for the hint (``{"hint": True}``); a non-bool value is an error."""
-    value = (options or {}).get("hint", False)
-    if not isinstance(value, bool):
-        raise ValueError(f"reset option 'hint' must be a bool, got {value!r}")
-    return value
 
 
 def assistant_texts(transcript: list[dict[str, Any]]) -> list[str]:
@@ -138,7 +122,6 @@ class FamilyEnv(ToolUseEnv):
     """Base of the four families: ``domain=`` picks the domain; subclasses build tasks and score."""
 
     capability: str = ""
-    hint: str = ""  # guidance for reset(options={"hint": True}); never the tool call or its arguments
 
     def __init__(self, domain: str = "retail-sim", max_steps: int = 30, max_errors: int = 5,
                  render_mode: str | None = None):
@@ -165,15 +148,19 @@ class FamilyEnv(ToolUseEnv):
         self.prepare(episode, rng)
         self._hinted = hint_requested(options)
         if self._hinted:
-            if not self.hint:
-                raise ValueError(f"{type(self).__name__} has no hint text")
             episode.system_prompt = with_hint(episode.system_prompt, self.hint)
         return episode
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = super().reset(seed=seed, options=options)
         info["hint"] = self.hint if self._hinted else None
+        info["hint_capability"] = self.capability if self._hinted else None
         info["unhinted_system_prompt"] = self.domain.policy
         return obs, info
+
+    @property
+    def hint(self) -> str:
+        """This family's guidance for ``reset(options={"hint": True})`` (``trace_envs.hints``)."""
+        return CAPABILITY_HINTS[self.capability]
 
 

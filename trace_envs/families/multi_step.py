@@ -22,10 +22,6 @@ class MultiStepTaskCompletionEnv(FamilyEnv):
     """Difficulty knobs: ``min_ops`` / ``max_ops`` (2-5 operations per task, drawn uniformly)."""
 
     capability = "multi_step_task_completion"
-    hint = (
-        "The customer may ask for several things at once. Keep a list of every request and do not end the "
-        "conversation until each one is done."
-    )
 
     def __init__(self, domain: str = "retail-sim", min_ops: int = 2, max_ops: int = 3, max_steps: int = 40,
                  max_errors: int = 5, render_mode: str | None = None):

@@ -26,11 +26,6 @@ class ToolCallingPrecisionEnv(FamilyEnv):
     """Difficulty knob: ``perturb_prob`` (chance the user first gives a wrong argument, then fixes it)."""
 
     capability = "tool_calling_precision"
-    hint = (
-        "In every write call use exactly the values the customer stated (reasons, payment methods, address "
-        "fields, item choices); do not fill in defaults or values from the record when the customer said "
-        "something else."
-    )
 
     def __init__(self, domain: str = "retail-sim", perturb_prob: float = 0.3, max_steps: int = 30,
                  max_errors: int = 5, render_mode: str | None = None):

@@ -37,11 +37,6 @@ class PreconditionVerificationEnv(FamilyEnv):
     binary in the decision's outcome, a small value gives the act-or-refuse decision its own signal."""
 
     capability = "precondition_verification"
-    hint = (
-        "Before you change anything, check that the record belongs to the customer you are talking to and "
-        "that its current status allows the change. If a check fails, do not call a write tool: tell the "
-        "customer that you cannot do it and why."
-    )
 
     def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5, unenforced_share: float = 0.7,
                  act_credit: float = 0.0, max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):

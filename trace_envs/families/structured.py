@@ -23,11 +23,6 @@ class StructuredDataReasoningEnv(FamilyEnv):
     ``question_fraction`` (share of value questions vs selections)."""
 
     capability = "structured_data_reasoning"
-    hint = (
-        "Before you choose, compare every candidate against all of the customer's constraints at once (each "
-        "attribute and any limit they gave), and pick only one that meets every constraint. Re-read the "
-        "constraints before you answer."
-    )
 
     def __init__(self, domain: str = "retail-sim", n_constraints: int = 2, n_distractors: int = 2,
                  n_records: int = 3, question_fraction: float = 0.3, max_steps: int = 30, max_errors: int = 5,

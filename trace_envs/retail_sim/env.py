@@ -4,14 +4,20 @@ Reward (τ²-style): 0 unless the episode ended normally (user stop, agent stop 
 [end-state DB hash == gold replay's] × [every required string communicated]. ``success`` is stricter
 ("grounded"): reward 1 *and* every id the agent passed to a tool named a real entity *and* the agent
 looked up every order it was asked about — so a refusal that guessed does not count.
+
+``reset(options={"hint": True})`` (paper §3.5, ``trace_envs.hints``) appends the hint of one capability
+the task requires (chosen from the task itself, so the seed's draw is unchanged); a task that requires
+none gets no hint (``info['hint']`` is ``None``). Evaluation never asks for hints.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
+from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 from trace_envs.retail_sim.policy import POLICY
 from trace_envs.retail_sim.scenario import Scenario, generate_scenario
 from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
@@ -70,6 +76,15 @@ class IdLedger:
         return self.valid == self.total
 
 
+def hint_capability(scenario: Scenario) -> str | None:
+    """The required capability whose hint a hinted episode of ``scenario`` shows (None: none required)."""
+    required = list(scenario.required_capabilities)
+    if not required:
+        return None
+    key = "|".join(i.order_id for i in scenario.intents).encode()
+    return required[int(hashlib.sha256(key).hexdigest(), 16) % len(required)]
+
+
 class RetailSimEpisode(Episode):
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -124,7 +139,19 @@ class RetailSimEnv(ToolUseEnv):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         self.n_intents = n_intents
         self.kinds = kinds
+        self._hint_capability: str | None = None
 
     def _new_episode(self, options: dict[str, Any] | None) -> RetailSimEpisode:
         scenario = generate_scenario(self.np_random, n_intents=self.n_intents, kinds=self.kinds)
-        return RetailSimEpisode(scenario)
+        episode = RetailSimEpisode(scenario)
+        self._hint_capability = hint_capability(scenario) if hint_requested(options) else None
+        if self._hint_capability is not None:
+            episode.system_prompt = with_hint(POLICY, CAPABILITY_HINTS[self._hint_capability])
+        return episode
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        capability = self._hint_capability
+        info.update(hint=CAPABILITY_HINTS[capability] if capability else None, hint_capability=capability,
+                    unhinted_system_prompt=POLICY)
+        return obs, info

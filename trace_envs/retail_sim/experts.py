@@ -10,13 +10,16 @@ as a model's output. Knobs are probabilities in [0, 1]; the oracle is all knobs 
 * ``multi_step``: stop after the first request;
 * ``precision``: imprecise write arguments (default cancel reason, refund to the original payment
   method, address2 dropped).
+
+A hinted episode (``info['hint']``, ``trace_envs.hints``) is read with probability ``hint_uptake``: the
+knob of the hinted capability becomes (1 - uptake) × k for that episode.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,15 +68,24 @@ def _json_or_none(text: str) -> Any:
 class ScriptedExpert:
     """A reactive scripted agent. ``reset(obs, info, seed)`` then ``act(obs)`` until the episode ends."""
 
-    def __init__(self, knobs: ExpertKnobs | None = None, seed: int = 0, name: str | None = None):
+    def __init__(self, knobs: ExpertKnobs | None = None, seed: int = 0, name: str | None = None,
+                 hint_uptake: float = 0.0):
         self.knobs = knobs or ExpertKnobs()
+        if not 0.0 <= hint_uptake <= 1.0:
+            raise ValueError(f"hint_uptake must be in [0, 1], got {hint_uptake}")
+        self.hint_uptake = hint_uptake
         self.seed = seed
         self.name = name or ("oracle" if self.knobs == ExpertKnobs() else "imperfect-expert")
         self._gen: Generator[Action, Observation, None] | None = None
         self._first = True
+        self._active = self.knobs  # this episode's knobs (a followed hint lowers one)
 
     def reset(self, observation: Observation, info: dict[str, Any], seed: int | None = None) -> None:
         rng = np.random.default_rng([self.seed, 0 if seed is None else seed])
+        self._active = self.knobs
+        hinted = CAPABILITY_TO_KNOB.get(info.get("hint_capability") or "") if info.get("hint") else None
+        if hinted is not None and self.hint_uptake:  # reads the hint with probability hint_uptake
+            self._active = replace(self.knobs, **{hinted: getattr(self.knobs, hinted) * (1.0 - self.hint_uptake)})
         self._gen = self._script(info["task"], rng)
         self._first = True
 
@@ -90,7 +102,7 @@ class ScriptedExpert:
 
     # -- the script -----------------------------------------------------------------------------
     def _script(self, task: dict[str, Any], rng: np.random.Generator) -> Generator[Action, Observation, None]:
-        knobs = self.knobs
+        knobs = self._active
         stop_after_first = rng.random() < knobs.multi_step
         ident = task["identity"]
         if task["identify_by"] == "email":
@@ -148,7 +160,7 @@ class ScriptedExpert:
         kind, order_id = intent["kind"], intent["order_id"]
         history = order.get("payment_history") or [{}]
         original = history[0].get("payment_method_id", task["original_payment"])
-        sloppy = rng.random() < self.knobs.precision
+        sloppy = rng.random() < self._active.precision
         if kind == "cancel":
             reason = "no longer needed" if sloppy else intent["reason"]
             return "cancel_pending_order", {"order_id": order_id, "reason": reason}, \
@@ -159,7 +171,7 @@ class ScriptedExpert:
                 "order_id": order_id, "item_ids": [intent["item_id"]], "payment_method_id": method}, \
                 f"return the {intent['product']} of order {order_id} with refund to {method}"
         if kind in ("exchange", "modify_items"):
-            wrong = rng.random() < self.knobs.structured
+            wrong = rng.random() < self._active.structured
             new_item = intent["distractor_item_id"] if wrong else intent["target_item_id"]
             tool = "exchange_delivered_order_items" if kind == "exchange" else "modify_pending_order_items"
             return tool, {"order_id": order_id, "item_ids": [intent["item_id"]], "new_item_ids": [new_item],

@@ -3,8 +3,9 @@
 A backend owns one episode's sandbox: ``start(task)`` provisions a checkout of the task's base
 commit, ``run`` executes agent commands, the file methods serve the editor tool, ``diff`` is the
 submission, ``evaluate(patch)`` grades a patch *in a fresh checkout* (the hidden tests never enter the
-agent's workspace) and ``close`` removes everything. The ``docker`` backend lives in
-``docker_backend.py`` and is picked by ``make_backend("auto")`` only when a daemon answers.
+agent's workspace), ``close`` removes everything and ``sandbox_info()`` says what confines the agent.
+The ``docker`` backend lives in ``docker_backend.py`` and is picked by ``make_backend("auto")`` only
+when a daemon answers.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import logging
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from trace_envs.swe import confinement
 from trace_envs.swe.grading import APPLY_PATCH_FAIL, TESTS_TIMEOUT, EvalResult, grade_log
 from trace_envs.swe.patches import eval_script, filter_patch
 from trace_envs.swe.sandbox import ExecResult, SandboxLimits, Workspace
+from trace_envs.swe.store import PristineStore
 from trace_envs.swe.task import SWETask
 
 log = logging.getLogger(__name__)
@@ -56,17 +59,24 @@ class Backend(Protocol):
     def list_dir(self, rel: str, depth: int = 2) -> list[str]: ...
     def diff(self) -> str: ...
     def evaluate(self, patch: str) -> EvalResult: ...
+    def sandbox_info(self) -> dict: ...
     def close(self) -> None: ...
 
 
 class LocalBackend:
-    """Temporary git checkout + subprocess sandbox; grading in a second fresh checkout."""
+    """Temporary git checkout + confined subprocess sandbox; grading in a second fresh checkout.
+
+    Checkouts come from ``store`` (pristine copies of the task trees; the process-wide one by default).
+    File methods (the editor's) refuse paths that resolve, symlinks followed, outside the checkout.
+    """
 
     name = "local"
 
-    def __init__(self, limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0):
+    def __init__(self, limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0,
+                 store: PristineStore | None = None):
         self.limits = limits or SandboxLimits()
         self.eval_timeout_s = eval_timeout_s
+        self.store = store
         self.task: SWETask | None = None
         self.ws: Workspace | None = None
 
@@ -78,7 +88,7 @@ class LocalBackend:
             )
         self.close()
         self.task = task
-        self.ws = Workspace(task.repo_path, task.base_commit or None, self.limits)
+        self.ws = Workspace(task.repo_path, task.base_commit or None, self.limits, store=self.store)
 
     def _ws(self) -> Workspace:
         if self.ws is None:
@@ -86,16 +96,28 @@ class LocalBackend:
         return self.ws
 
     def _abs(self, rel: str) -> Path:
-        return self._ws().root / rel if rel else self._ws().root
+        """The host path of ``rel``, symlinks resolved; refuses anything that lands outside the checkout."""
+        root = self._ws().root.resolve()
+        target = (root / rel).resolve() if rel else root
+        if target != root and root not in target.parents:
+            raise ValueError(f"the path {rel} resolves outside the repository (symlink); refusing it")
+        return target
 
     def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
         return self._ws().run(cmd, timeout_s)
 
+    def _regular(self, rel: str) -> Path:
+        """``_abs(rel)``, refusing FIFOs, sockets and devices (opening a FIFO would hang the host)."""
+        target = self._abs(rel)
+        if target.exists() and not target.is_file():
+            raise ValueError(f"{rel} is not a regular file")
+        return target
+
     def read_file(self, rel: str) -> str:
-        return self._abs(rel).read_text(encoding="utf-8", errors="replace")
+        return self._regular(rel).read_text(encoding="utf-8", errors="replace")
 
     def write_file(self, rel: str, text: str) -> None:
-        target = self._abs(rel)
+        target = self._regular(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
 
@@ -124,29 +146,37 @@ class LocalBackend:
         if task is None:
             raise BackendError("backend not started")
         limits = SandboxLimits(self.eval_timeout_s, self.limits.memory_mb, self.limits.file_size_mb,
-                               max_output_chars=5_000_000, network=self.limits.network)
-        ws = Workspace(task.repo_path, task.base_commit or None, limits, prefix="trace-swe-eval-")
+                               max_output_chars=5_000_000, network=self.limits.network,
+                               max_processes=self.limits.max_processes, ro_paths=self.limits.ro_paths)
+        ws = Workspace(task.repo_path, task.base_commit or None, limits, prefix="trace-swe-eval-", store=self.store)
         try:
             model_patch = filter_patch(patch)
             if model_patch.strip():
-                patch_file = ws.tmp / "model.patch"
+                patch_file = ws.scratch / "model.patch"
                 patch_file.write_text(model_patch)
                 for cmd in GIT_APPLY_CMDS:
-                    res = ws.run(f"{cmd} {patch_file}")
+                    res = ws.run(f"{cmd} {ws.inside(patch_file)}")
                     if res.returncode == 0:
                         break
                     ws.run("git checkout -- . && git clean -fdq")
                 else:
                     return grade_log(task.instance_id, f"{APPLY_PATCH_FAIL}:\n{res.output}",
                                      task.fail_to_pass, task.pass_to_pass, patch)
-            script = ws.tmp / "eval.sh"
-            script.write_text(eval_script(ws.base_commit, task.test_patch, str(ws.root), task.test_cmd,
+            script = ws.scratch / "eval.sh"
+            script.write_text(eval_script(ws.base_commit, task.test_patch, ws.workdir, task.test_cmd,
                                           record_exit_code=True))
-            res = ws.run(f"bash {script}")
+            res = ws.run(f"bash {ws.inside(script)}")
             text = res.output + (f"\n{TESTS_TIMEOUT}\n" if res.timed_out else "")
             return grade_log(task.instance_id, text, task.fail_to_pass, task.pass_to_pass, patch)
         finally:
             ws.close()
+
+    def sandbox_info(self) -> dict:
+        """What confines the agent's commands (``SandboxReport``), missing confinements listed."""
+        if self.ws is not None:
+            return self.ws.report.as_dict()
+        return confinement.make_report(confinement.available(), self.limits.network, self.limits.memory_mb,
+                           self.limits.max_processes).as_dict()
 
     def close(self) -> None:
         if self.ws is not None:
@@ -154,14 +184,15 @@ class LocalBackend:
             self.ws = None
 
 
-def make_backend(kind: str = "auto", limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0) -> Backend:
+def make_backend(kind: str = "auto", limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0,
+                 store: PristineStore | None = None) -> Backend:
     """``local``, ``docker``, or ``auto`` (docker iff ``docker info`` succeeds, else local)."""
     from trace_envs.swe.docker_backend import DockerBackend, docker_available  # noqa: PLC0415
 
     if kind == "auto":
         kind = "docker" if docker_available() else "local"
     if kind == "local":
-        return LocalBackend(limits, eval_timeout_s)
+        return LocalBackend(limits, eval_timeout_s, store)
     if kind == "docker":
         if not docker_available():
             raise BackendError("the docker backend needs a running Docker daemon (`docker info` failed)")

@@ -180,6 +180,12 @@ class DockerBackend:
     def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
         return self._exec(cmd, timeout_s)
 
+    def sandbox_info(self) -> dict:
+        """The container is the confinement (Docker's namespaces); network per the limits."""
+        return {"backend": "docker", "container": True, "network_namespace": not self.limits.network,
+                "network": "host (allowed by config)" if self.limits.network else "none (--network none)",
+                "unavailable": [], "errors": {}}
+
     def read_file(self, rel: str) -> str:
         res = self._exec(f"cat -- {shlex.quote(rel)}")
         if res.returncode != 0:

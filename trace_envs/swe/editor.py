@@ -4,7 +4,8 @@ Semantics follow Anthropic's text editor tool: ``view`` shows ``cat -n`` numbere
 ``[start, end]`` range, ``end = -1`` for the end of file) or a directory listing; ``create`` refuses to
 overwrite; ``str_replace`` needs ``old_str`` to occur exactly once; ``insert`` puts ``new_str`` after
 line ``insert_line`` (0 = top); ``undo_edit`` reverts the last edit of that file. Paths are relative to
-the repository root (``/testbed/...`` is accepted too). Errors raise ``ToolError``.
+the repository root (``/testbed/...`` is accepted too); a path that resolves (symlinks followed) outside
+the repository is refused, for reading and writing alike. Errors raise ``ToolError``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class Editor:
                     "insert": lambda: self.insert(rel, insert_line, new_str), "undo_edit": lambda: self.undo(rel)}
         if command not in handlers:
             raise ToolError(f"unknown command {command!r}; use one of {', '.join(handlers)}")
-        return handlers[command]()
+        try:
+            return handlers[command]()
+        except (ValueError, OSError) as exc:  # e.g. a path that resolves outside the repository
+            raise ToolError(str(exc)) from None
 
     def _read(self, rel: str) -> str:
         if not rel or not self.backend.exists(rel):

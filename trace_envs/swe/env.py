@@ -8,6 +8,11 @@ per-test breakdown is in ``info["eval"]``. With ``mode="localize"`` (or ``"local
 ``submit`` takes ``files`` / ``functions`` and the reward is localization F1 (or the test verdict,
 with F1 in ``info``). Tasks: ``dataset="local"`` (the built-in local task set), a JSON/JSONL file, a
 swebench task repo, or a Hugging Face dataset name.
+
+Every episode works on its own checkout of a pristine copy of the task's tree (``store.py``), and
+``info["sandbox"]`` at reset says what confines the agent's commands (``confinement.py``). The
+built-in local tasks are generated into a private directory, read into memory and deleted from disk
+before any agent command runs: their gold patch and hidden tests exist only in this process.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from trace_envs.swe.editor import Editor, editor_parameters
 from trace_envs.swe.localization import score_localization
 from trace_envs.swe.patches import files_in_patch
 from trace_envs.swe.sandbox import SandboxLimits
+from trace_envs.swe.store import PristineStore
 from trace_envs.swe.task import SWETask, load_tasks
 
 log = logging.getLogger(__name__)
@@ -144,28 +150,42 @@ class SWEEpisode(Episode):
                          p2p_rate=result.summary()["p2p_rate"])
         return Score(reward=float(result.resolved), success=result.resolved, breakdown=breakdown, info=info)
 
+    def sandbox_info(self) -> dict[str, Any]:
+        """What confines the agent (the backend's report), for ``info["sandbox"]``."""
+        report = getattr(self.backend, "sandbox_info", None)
+        if report is None:
+            log.warning("SWE backend %s does not report its confinement", self.backend.name)
+            return {"backend": self.backend.name, "unavailable": ["unknown"], "errors": {}}
+        return report()
+
     def close(self) -> None:
         self.backend.close()
 
 
 class SWEBenchEnv(ToolUseEnv):
-    """SWE-bench-style env (see module docstring). ``options`` at reset: ``instance_id`` or ``task_index``."""
+    """SWE-bench-style env (see module docstring). ``options`` at reset: ``instance_id`` or ``task_index``.
+
+    ``ro_paths``: extra host directories the local sandbox shows read-only (e.g. a toolchain outside
+    ``/usr`` that the task's tests need); everything else of the host stays out of the agent's view.
+    """
 
     def __init__(self, dataset: str = "local", split: str = "test", backend: str = "auto",
                  instance_ids: list[str] | None = None, repos_dir: str | None = None, mode: str = "repair",
                  max_steps: int = 30, max_errors: int = 10, command_timeout_s: float = 30.0,
                  eval_timeout_s: float = 120.0, memory_mb: int = 2048, network: bool = False,
-                 autosubmit: bool = True, render_mode: str | None = None):
+                 autosubmit: bool = True, render_mode: str | None = None, ro_paths: list[str] | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.dataset, self.split, self.backend_kind = dataset, split, backend
         self.instance_ids, self.repos_dir, self.mode, self.autosubmit = instance_ids, repos_dir, mode, autosubmit
-        self.limits = SandboxLimits(timeout_s=command_timeout_s, memory_mb=memory_mb, network=network)
+        self.limits = SandboxLimits(timeout_s=command_timeout_s, memory_mb=memory_mb, network=network,
+                                    ro_paths=tuple(ro_paths or ()))
         self.eval_timeout_s = eval_timeout_s
         self._tasks: list[SWETask] | None = None
         self._scratch: Path | None = None
         self._finalizer: weakref.finalize | None = None
+        self._pristine: PristineStore | None = None
 
     # -- tasks ------------------------------------------------------------------------------------
     def _scratch_dir(self) -> Path:
@@ -174,12 +194,23 @@ class SWEBenchEnv(ToolUseEnv):
             self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._scratch), True)
         return self._scratch
 
+    def store(self) -> PristineStore:
+        """The env's pristine copies of task trees (inside its scratch dir, removed at ``close``)."""
+        if self._pristine is None:
+            self._pristine = PristineStore(self._scratch_dir() / "store")
+        return self._pristine
+
     def load_tasks(self) -> list[SWETask]:
         if self._tasks is None:
             if self.dataset == "local":
                 from trace_envs.swe.local_tasks import build_task_repo  # noqa: PLC0415
 
-                tasks = load_tasks(build_task_repo(self._scratch_dir() / "local_tasks"))
+                task_dir = build_task_repo(self._scratch_dir() / "local_tasks")
+                tasks = load_tasks(task_dir)
+                for task in tasks:
+                    if task.repo_path is not None:
+                        self.store().pin(task.repo_path, task.base_commit or None)
+                shutil.rmtree(task_dir)  # gold patches and hidden tests now live in memory only
             else:
                 tasks = load_tasks(self.dataset, self.split, self.repos_dir)
             if self.instance_ids is not None:
@@ -204,8 +235,8 @@ class SWEBenchEnv(ToolUseEnv):
 
     def _make_backend(self, task: SWETask) -> Backend:
         if self.backend_kind == "auto" and task.repo_path is not None:
-            return LocalBackend(self.limits, self.eval_timeout_s)
-        return make_backend(self.backend_kind, self.limits, self.eval_timeout_s)
+            return LocalBackend(self.limits, self.eval_timeout_s, self.store())
+        return make_backend(self.backend_kind, self.limits, self.eval_timeout_s, self.store())
 
     def _new_episode(self, options: dict[str, Any] | None) -> Episode:
         self._close_episode()
@@ -213,6 +244,13 @@ class SWEBenchEnv(ToolUseEnv):
         return SWEEpisode(task, self._make_backend(task), self.mode)
 
     # -- protocol overrides -----------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """As the base class, plus ``info["sandbox"]``: what confines the agent, missing confinements listed."""
+        obs, info = super().reset(seed=seed, options=options)
+        if self.episode is not None:
+            info["sandbox"] = self.episode.sandbox_info()
+        return obs, info
+
     def _respond(self, turn: ParsedTurn) -> tuple[list[dict[str, Any]], str | None]:
         obs, termination = super()._respond(turn)
         episode = self._episode
@@ -238,6 +276,9 @@ class SWEBenchEnv(ToolUseEnv):
 
     def close(self) -> None:
         self._close_episode()
+        if self._pristine is not None:
+            self._pristine.close()
+            self._pristine = None
         if self._finalizer is not None:
             self._finalizer()
             self._scratch, self._finalizer = None, None

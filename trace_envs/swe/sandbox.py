@@ -1,27 +1,37 @@
-"""Local subprocess sandbox: a temporary git checkout plus rate-limited ``bash -c`` commands.
+"""Local subprocess sandbox: a temporary git checkout plus confined, rate-limited ``bash -c`` commands.
 
 Each command runs in a fresh ``bash -c`` (no state carries over between commands except files),
-with the workspace as cwd, in its own session (the whole process group is killed on timeout), under
-``resource.setrlimit`` limits (address space, file size, CPU seconds), with a scrubbed environment
-(PATH, a private HOME, no proxies or API keys) and, where the kernel allows unprivileged user
-namespaces, without network (``unshare -rn``). This is *not* a security boundary: it stops runaway
-and accidental damage, not a determined attacker.
+launched by ``jail.py`` where the kernel allows it: in new user, mount, PID and network namespaces,
+inside a new root that holds only the system and Python directories (read-only) and the workspace
+(``/testbed``), its home and ``/tmp`` (read-write), with no capabilities. Nothing else of the host's
+filesystem exists there (task directories, grading material, sockets), and every process the
+command started dies with it. ``resource.setrlimit`` caps each process (address space, file size,
+CPU seconds); a watchdog caps the command's total memory and process count. What is in force is in
+``Workspace.report``; whatever the machine does not allow is logged as a warning and listed there
+(see ``confinement.py``). The environment is scrubbed (PATH, a private HOME, no proxies or API keys).
+This keeps an agent away from the answer and the host; it is not hardened against kernel exploits
+(use the docker backend or a VM for models you do not trust at all).
 """
 
 from __future__ import annotations
 
-import functools
+import collections
 import logging
 import os
 import resource
+import secrets
+import select
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
+import threading
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+
+from trace_envs.swe import confinement as conf
+from trace_envs.swe.store import PristineStore, default_store, is_git_repo
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +40,25 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_NAME": "trace-rl", "GIT_COMMITTER_EMAIL": "trace-rl@localhost",
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
+POLL_S = 0.05
+EXIT_SETUP_FAILED = 125
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-command limits of the local sandbox."""
+    """Per-command limits of the local sandbox (``memory_mb`` caps each process *and* their total)."""
 
     timeout_s: float = 30.0
     memory_mb: int = 2048
     file_size_mb: int = 64
     max_output_chars: int = 10_000
     network: bool = False
+    max_processes: int = 256
+    ro_paths: tuple[str, ...] = ()  # extra host paths the jail shows read-only
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.memory_mb <= 0 or self.file_size_mb <= 0 or self.max_processes <= 0:
+            raise ValueError(f"sandbox limits must be positive: {self}")
 
 
 @dataclass
@@ -48,17 +66,13 @@ class ExecResult:
     output: str
     returncode: int
     timed_out: bool = False
+    killed: str | None = None  # why the watchdog killed the command ("memory", "processes"), if it did
+    stderr: str = ""  # only when stderr is not merged into ``output``
 
 
-@functools.lru_cache(maxsize=1)
 def network_isolation_available() -> bool:
-    """True when ``unshare -rn`` works here (unprivileged user + network namespaces)."""
-    if shutil.which("unshare") is None:
-        return False
-    try:
-        return subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    """True when commands can run in their own network namespace."""
+    return conf.available().network_namespace
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -69,57 +83,137 @@ def truncate_output(text: str, limit: int) -> str:
     return f"{text[:half]}\n... [{len(text) - 2 * half} characters elided] ...\n{text[-half:]}"
 
 
-def sandbox_env(home: Path) -> dict[str, str]:
+def sandbox_env(home: Path | str) -> dict[str, str]:
     """A minimal environment: interpreter dir first on PATH, private HOME, nothing secret."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
     return {
-        "PATH": path, "HOME": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb",
+        **conf.base_env(Path(home)),
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "GIT_CONFIG_NOSYSTEM": "1", "PAGER": "cat", "GIT_PAGER": "cat", **GIT_IDENTITY,
     }
 
 
-def _limit_child(limits: SandboxLimits) -> None:  # runs in the child between fork and exec
+def _limit_child(limits: SandboxLimits, timeout_s: float) -> None:  # runs in the child between fork and exec
     mem = limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     size = limits.file_size_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    cpu = int(limits.timeout_s) + 5
+    cpu = int(timeout_s) + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
 
 
-def run_command(cmd: str, cwd: Path, env: dict[str, str], limits: SandboxLimits,
-                timeout_s: float | None = None) -> ExecResult:
-    """Run ``bash -c cmd`` under ``limits``; a timeout kills the whole process group."""
-    timeout = limits.timeout_s if timeout_s is None else timeout_s
-    eff = SandboxLimits(timeout, limits.memory_mb, limits.file_size_mb, limits.max_output_chars, limits.network)
-    argv = ["bash", "-c", cmd]
-    if not limits.network and network_isolation_available():
-        argv = ["unshare", "-rn", *argv]
+class _Capture:
+    """Head and tail of a byte stream (bounded memory however much a command prints)."""
+
+    def __init__(self, cap: int):
+        self.cap, self.total = cap, 0
+        self.head = bytearray()
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_len = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_len += len(chunk)
+            while self.tail_len - len(self.tail[0]) >= self.cap:
+                self.tail_len -= len(self.tail.popleft())
+
+    def text(self, limit: int) -> str:
+        tail = b"".join(self.tail)
+        dropped = self.total - len(self.head) - len(tail)
+        gap = f"\n... [{dropped} bytes elided] ...\n" if dropped else ""
+        return truncate_output(self.head.decode("utf-8", "replace") + gap + tail.decode("utf-8", "replace"), limit)
+
+
+def _drain(stream, capture: _Capture) -> None:
+    while chunk := stream.read1(65536):
+        capture.feed(chunk)
+
+
+class _exit_waiter:  # noqa: N801 - used like a function
+    """``waiter(timeout) -> bool``: has ``proc`` exited? Wakes at once on exit where pidfds exist."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        try:
+            self.fd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def __call__(self, timeout: float) -> bool:
+        if self.fd is None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        poller.poll(timeout * 1000)
+        return self.proc.poll() is not None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def execute(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimits, timeout_s: float, token: str,
+            scan: bool, merge_stderr: bool = True, max_chars: int | None = None,
+            pass_fds: tuple[int, ...] = ()) -> ExecResult:
+    """Run ``argv`` under ``limits``: time, total memory and process count watched; all its processes killed at the end.
+
+    ``scan``: also find the command's processes by ``token`` in their environment (no PID namespace).
+    """
+    limit = max_chars or limits.max_output_chars
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=lambda: _limit_child(eff),
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True,
+        preexec_fn=lambda: _limit_child(limits, timeout_s), pass_fds=pass_fds,
     )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            out, _ = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipe
-            proc.kill()
-            out = b""
-        timed_out = True
-    text = out.decode("utf-8", errors="replace")
-    return ExecResult(truncate_output(text, limits.max_output_chars), proc.returncode, timed_out)
+    group = conf.SandboxProcesses(proc.pid, token, scan)
+    out, err = _Capture(4 * limit), _Capture(4 * limit)
+    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True)]
+    if not merge_stderr:
+        readers.append(threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True))
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + timeout_s
+    timed_out, killed = False, None
+    mem_limit = limits.memory_mb * 1024 * 1024
+    exited = _exit_waiter(proc)
+    while True:
+        if exited(POLL_S):
+            break
+        if time.monotonic() >= deadline:
+            timed_out = True
+            break
+        pids = group.pids()
+        if len(pids) > limits.max_processes + 2:  # + the launcher and PID 1
+            killed = f"processes: {len(pids)} > {limits.max_processes}"
+            break
+        used = conf.anon_memory_bytes(pids)
+        if used > mem_limit:
+            killed = f"memory: {used // 2**20} MB > {limits.memory_mb} MB in total"
+            break
+    group.kill()  # whatever is left (everything, on timeout or watchdog kill) dies now
+    proc.wait()
+    exited.close()
+    for t in readers:
+        t.join(timeout=5)
+    text = out.text(limit)
+    if killed:
+        text += f"\n[sandbox] the command was killed: {killed}\n"
+    return ExecResult(text, proc.returncode, timed_out, killed.split(":")[0] if killed else None,
+                      err.text(limit) if not merge_stderr else "")
 
 
 def git(cwd: Path, *args: str, check: bool = True, input_text: str | None = None) -> str:
-    """Run git with the fixed identity; returns stdout."""
+    """Run git with the fixed identity; returns stdout. Host-side: only on trees the agent never touched."""
     env = {**os.environ, **GIT_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1"}
     res = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, input=input_text)
     if check and res.returncode != 0:
@@ -135,49 +229,106 @@ def init_repo(tree: Path) -> str:
     git(tree, "init", "-q", "-b", "main")
     git(tree, "add", "-A")
     git(tree, "commit", "-q", "--no-verify", "-m", "base")
-    return (tree / ".git" / "refs" / "heads" / "main").read_text().strip()
+    return git(tree, "rev-parse", "HEAD").strip()
 
 
-def materialize(source: Path, dest: Path, base_commit: str | None) -> str:
+def materialize(source: Path, dest: Path, base_commit: str | None, store: PristineStore | None = None) -> str:
     """Check ``source`` out into ``dest`` at ``base_commit``; returns the commit checked out.
 
-    A git repository is cloned and checked out at ``base_commit``; a plain directory is copied and
-    committed (its hash must equal ``base_commit`` when one is given).
+    The checkout comes from ``store`` (a plain directory is pinned there on first use and its commit
+    must equal ``base_commit`` when one is given); git objects are copied, never hard-linked.
     """
-    if (source / ".git").exists():
-        git(dest.parent, "clone", "-q", "--no-checkout", str(source), dest.name)
-        git(dest, "checkout", "-q", base_commit or "HEAD")
-        git(dest, "remote", "remove", "origin", check=False)
-        git(dest, "config", "user.name", "trace-rl")
-        git(dest, "config", "user.email", "trace-rl@localhost")
-        return git(dest, "rev-parse", "HEAD").strip()
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache"))
-    head = init_repo(dest)
-    if base_commit and head != base_commit:
-        raise ValueError(f"tree {source} commits to {head}, not the task's base_commit {base_commit}")
-    return head
+    repo = (store or default_store()).source_for(Path(source), base_commit)
+    if not is_git_repo(repo):
+        raise ValueError(f"{repo} is not a git repository")
+    git(dest.parent, "clone", "-q", "--no-checkout", "--no-hardlinks", str(repo), dest.name)
+    git(dest, "checkout", "-q", base_commit or "HEAD")
+    git(dest, "remote", "remove", "origin", check=False)
+    git(dest, "config", "user.name", "trace-rl")
+    git(dest, "config", "user.email", "trace-rl@localhost")
+    return git(dest, "rev-parse", "HEAD").strip()
+
+
+def _cleanup(tmp: str, token: str) -> None:
+    survivors = conf.token_pids(f"{conf.TOKEN_VAR}={token}".encode())
+    for pid in survivors:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Workspace:
-    """A temporary checkout of a task repo; removed by ``close()`` (also at garbage collection)."""
+    """A temporary checkout of a task repo plus its confined command runner; removed by ``close()``."""
 
-    def __init__(self, source: Path, base_commit: str | None, limits: SandboxLimits, prefix: str = "trace-swe-"):
+    def __init__(self, source: Path, base_commit: str | None, limits: SandboxLimits, prefix: str = "trace-swe-",
+                 store: PristineStore | None = None):
         self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.tmp), True)
+        self.token = secrets.token_hex(12)
+        self._finalizer = weakref.finalize(self, _cleanup, str(self.tmp), self.token)
         self.limits = limits
         self.root = self.tmp / "repo"
         self.home = self.tmp / "home"
-        self.home.mkdir()
-        self.base_commit = materialize(Path(source), self.root, base_commit)
-        self.env = sandbox_env(self.home)
+        self.scratch = self.tmp / "tmp"  # the commands' /tmp (inside the jail)
+        self.jail_root = self.tmp / "jailroot"
+        for d in (self.home, self.scratch, self.jail_root):
+            d.mkdir()
+        self.base_commit = materialize(Path(source), self.root, base_commit, store)
+        self.avail = conf.available()
+        self.report = conf.make_report(self.avail, limits.network, limits.memory_mb, limits.max_processes)
+        self.jailed = self.avail.mount_namespace
+        self.workdir = conf.JAIL_WORKDIR if self.jailed else str(self.root)
+        self.env = {**sandbox_env(conf.JAIL_HOME if self.jailed else self.home), conf.TOKEN_VAR: self.token}
 
-    def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
-        return run_command(cmd, self.root, self.env, self.limits, timeout_s)
+    def inside(self, path: Path) -> str:
+        """Where a host path under the workspace's scratch dir or checkout appears to the commands."""
+        path = Path(path)
+        if not self.jailed:
+            return str(path)
+        for host, seen in ((self.scratch, "/tmp"), (self.root, conf.JAIL_WORKDIR), (self.home, conf.JAIL_HOME)):
+            if path == host or host in path.parents:
+                return seen + "/" + str(path.relative_to(host)) if path != host else seen
+        raise ValueError(f"{path} is not visible inside the sandbox")
+
+    def run(self, cmd: str, timeout_s: float | None = None, merge_stderr: bool = True,
+            max_chars: int | None = None) -> ExecResult:
+        """``bash -c cmd`` in the workspace, confined as far as this machine allows (``self.report``)."""
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        a = self.avail
+        spec = conf.launch_spec(self.jail_root, self.root, self.home, self.scratch, self.limits.network,
+                                mount_ns=a.mount_namespace, pid_ns=a.pid_namespace, user_ns=a.user_namespace,
+                                nproc=self.limits.max_processes + 4 if conf.nproc_rlimit_applies(a) else None,
+                                extra_ro=self.limits.ro_paths)
+        spec["net_ns"] = a.network_namespace and not self.limits.network
+        r, w = os.pipe()
+        try:
+            spec["status_fd"] = w
+            res = execute(conf.launcher_argv(spec, ["bash", "-c", cmd]), self.root, self.env, self.limits, timeout,
+                          self.token, scan=not a.pid_namespace, merge_stderr=merge_stderr, max_chars=max_chars,
+                          pass_fds=(w,))
+            os.close(w)
+            w = -1
+            status = conf.read_all(r)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        if not status and not res.timed_out and not res.killed:
+            raise RuntimeError(f"the sandbox launcher failed (exit {res.returncode}): {res.output[-2000:]}")
+        return res
 
     def diff(self) -> str:
-        """Everything changed since the base commit, new files included (``git add -A`` + cached diff)."""
-        git(self.root, "add", "-A")
-        return git(self.root, "diff", "--cached", "--no-color", self.base_commit)
+        """Everything changed since the base commit, new files included (``git add -A`` + cached diff).
+
+        Runs inside the sandbox: the agent controls ``.git/config`` and ``.gitattributes`` (fsmonitor,
+        filters), which must never run commands on the host.
+        """
+        res = self.run(f"git add -A && git diff --cached --no-color {self.base_commit}", merge_stderr=False,
+                       max_chars=50_000_000)
+        if res.returncode != 0 or res.timed_out or res.killed:
+            raise RuntimeError(f"could not diff the workspace (exit {res.returncode}): {res.stderr.strip()[-2000:]}")
+        return res.output
 
     def close(self) -> None:
         self._finalizer()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trace_envs.core.parsing import ToolCall
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tools import ToolBox, ToolResult, ToolSpec
 from trace_envs.tau2.evaluation import JudgeConfig, evaluate_transcript
@@ -36,7 +37,8 @@ class Tau2ToolBox(ToolBox):
     """The domain's tools in OpenAI format; calls go to tau2's ``Environment.get_response``.
 
     Arguments are not schema-checked here: tau2 executes whatever arrives, and unknown tools, missing
-    or unexpected arguments come back as tau2's own ``Error: ...`` messages (counted as errors).
+    or unexpected arguments come back as tau2's own ``Error: ...`` messages (counted as errors); the one
+    call refused before it gets here is in ``Tau2Env.check_call``.
     """
 
     def __init__(self, environment: Any):
@@ -150,6 +152,14 @@ class Tau2Env(ToolUseEnv):
         user = make_user(self.user_kind, task, self.user_config, self._seed)
         run_id = f"tau2-{self.domain}-{task_id}-{self._seed}"
         return Tau2Episode(self.domain, task, self.task_set.source, user, run_id, self.judge, self.record_db_hash)
+
+    def check_call(self, call: ToolCall) -> str | None:
+        """tau2's ``calculate`` ``eval``s its expression, so ``**`` (not among its documented operators
+        + - * /) would let ``9**9**9`` stall the env, and tau2's evaluator, which replays every call in
+        the transcript, for minutes: such a call is refused before it enters the transcript."""
+        if call.name == "calculate" and "**" in str(call.arguments.get("expression", "")):
+            return "calculate: the expression may only use the operators +, -, *, / (no **)"
+        return None
 
     @property
     def episode(self) -> Tau2Episode | None:

@@ -2,8 +2,9 @@
 
 The LLM user gets tau2's own system prompt (its simulation guidelines followed by the task's
 ``<scenario>``) and a role-flipped history: the agent's texts are ``user`` turns, its own replies
-``assistant`` turns; the agent's tool calls and results are not shown (as in tau2). HTTP is plain
-``urllib`` so no client library is needed.
+``assistant`` turns; the agent's tool calls and results are not shown (as in tau2). HTTP is
+``trace_envs.http_deadline`` (stdlib; ``timeout_s`` bounds the whole request), so no client library
+is needed.
 
 The scripted user (tests, gold replay) says the scenario's reason for call and known info, answers
 "yes" to confirmations and stops with ``###STOP###`` when the agent's turn asks nothing.
@@ -11,13 +12,13 @@ The scripted user (tests, gold replay) says the scenario's reason for call and k
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trace_envs import http_deadline
 from trace_envs.core.tool_env import UserReply
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class UserConfig:
     temperature: float = 0.0
     seed: int | None = None
     api_key: str = "EMPTY"
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # total seconds per request (connect + the whole response)
     max_tokens: int | None = None
 
     @classmethod
@@ -90,16 +91,21 @@ class LLMUser:
             body["seed"] = int(self.seed)
         if self.config.max_tokens:
             body["max_tokens"] = self.config.max_tokens
-        request = urllib.request.Request(
-            self.config.base_url.rstrip("/") + "/chat/completions",
-            data=json.dumps(body).encode("utf-8"),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.config.api_key}"},
-        )
+        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.config.api_key}"}
         try:
-            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
-                payload = json.loads(response.read().decode("utf-8"))
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+            response = http_deadline.request("POST", url, json.dumps(body).encode("utf-8"), headers,
+                                             timeout=self.config.timeout_s)
+        except (OSError, http.client.HTTPException) as exc:  # URLError and DeadlineExceeded are OSErrors
             raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} failed: {exc}") from exc
+        if response.status >= 400:
+            raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} failed: HTTP {response.status}: "
+                               f"{response.text()[:300]}")
+        try:
+            payload = json.loads(response.text())
+        except json.JSONDecodeError as exc:
+            raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} returned no JSON: "
+                               f"{response.text()[:300]!r}") from exc
         try:
             text = payload["choices"][0]["message"].get("content") or ""
         except (KeyError, IndexError, TypeError) as exc:

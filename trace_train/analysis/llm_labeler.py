@@ -7,7 +7,9 @@
 
 Answers are parsed tolerantly. A batch whose answer is garbage or leaves pairs unlabeled is asked
 again (only for the trajectories still incomplete, at most ``label_retries`` times); pairs still
-unlabeled after that are recorded as *missing* in the run, never counted as NA.
+unlabeled after that are recorded as *missing* in the run, never counted as NA. Only answers that
+yield at least one usable label (or candidate) are cached. A run that labels less than
+``min_labeled_fraction`` of its pairs raises :class:`LabelCoverageError` with the counts and why.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from typing import Any
 
 from trace_train.analysis.jsonparse import parse_json_loose
 from trace_train.analysis.labels import Capability, Label, LabelRun
-from trace_train.analysis.llm_client import ChatClient, LLMError
+from trace_train.analysis.llm_client import ChatClient, InvalidAnswer, LLMError
 from trace_train.paths import PROMPTS_DIR
 from trace_train.trajectory import TrajectoryRecord, compact_text
 
@@ -50,14 +53,46 @@ def trajectory_block(alias: str, record: TrajectoryRecord, max_tool_chars: int =
     return "\n".join(lines)
 
 
-def _parse_labels(value: Any, aliases: set[str], caps: dict[str, str]) -> dict[tuple[str, str], Label]:
+@dataclass
+class Rejects:
+    """What an answer held that could not become a label, by kind, with counts per value."""
+
+    ids: Counter = field(default_factory=Counter)
+    capabilities: Counter = field(default_factory=Counter)
+    labels: Counter = field(default_factory=Counter)
+    entries: int = 0  # list items / values of a shape that carries no label
+
+    def update(self, other: Rejects) -> None:
+        self.ids.update(other.ids)
+        self.capabilities.update(other.capabilities)
+        self.labels.update(other.labels)
+        self.entries += other.entries
+
+    def summary(self) -> str:
+        parts = [f"{kind} x{sum(c.values())} (e.g. {', '.join(repr(v) for v, _ in c.most_common(3))})"
+                 for kind, c in (("invalid label values", self.labels), ("unknown capabilities", self.capabilities),
+                                 ("unknown trajectory ids", self.ids)) if c]
+        if self.entries:
+            parts.append(f"entries of an unknown shape x{self.entries}")
+        return "; ".join(parts) or "no label entries in a known shape"
+
+
+def _parse_labels(value: Any, aliases: set[str], caps: dict[str, str],
+                  rejects: Rejects | None = None) -> dict[tuple[str, str], Label]:
     """Collect (alias, capability) -> Label from the answer shapes a model plausibly produces."""
     out: dict[tuple[str, str], Label] = {}
+    rejects = rejects if rejects is not None else Rejects()
 
     def put(alias: Any, cap: Any, label: Any) -> None:
         alias, cap_name = str(alias).strip(), caps.get(snake_case(cap))
         parsed = Label.parse(label)
-        if alias in aliases and cap_name and parsed is not None:
+        if alias not in aliases:
+            rejects.ids[alias[:40]] += 1
+        elif not cap_name:
+            rejects.capabilities[str(cap)[:40]] += 1
+        elif parsed is None:
+            rejects.labels[str(label)[:40]] += 1
+        else:
             out[(alias, cap_name)] = parsed
 
     if isinstance(value, dict) and "labels" in value:
@@ -67,19 +102,51 @@ def _parse_labels(value: Any, aliases: set[str], caps: dict[str, str]) -> dict[t
             if isinstance(per_cap, dict):
                 for cap, label in per_cap.items():
                     put(alias, cap, label)
+            else:
+                rejects.entries += 1
     elif isinstance(value, list):
         for item in value:
-            if not isinstance(item, dict):
-                continue
-            alias = next((item[k] for k in _ID_KEYS if k in item), None)
+            alias = next((item[k] for k in _ID_KEYS if k in item), None) if isinstance(item, dict) else None
             if alias is None:
-                continue
-            if "capability" in item and "label" in item:
+                rejects.entries += 1
+            elif "capability" in item and "label" in item:
                 put(alias, item["capability"], item["label"])
             elif isinstance(item.get("labels"), dict):
                 for cap, label in item["labels"].items():
                     put(alias, cap, label)
+            else:
+                rejects.entries += 1
+    else:
+        rejects.entries += 1
     return out
+
+
+class LabelCoverageError(LLMError):
+    """A labeling run labelled less than the configured fraction of its (trajectory, capability) pairs."""
+
+    def __init__(self, message: str, url: str, run: int, labelled: int, total: int, minimum: float,
+                 why: str, partial: LabelRun) -> None:
+        super().__init__(message, url)
+        self.run, self.labelled, self.total, self.minimum = run, labelled, total, minimum
+        self.unlabelled = total - labelled
+        self.why = why
+        self.partial = partial  # the labels the run did get
+
+
+@dataclass
+class _RunStats:
+    """Why pairs of one run went unlabeled: per answer outcome, and the rejected entries."""
+
+    answers: int = 0
+    no_json: int = 0
+    no_usable: int = 0
+    partial: int = 0
+    rejects: Rejects = field(default_factory=Rejects)
+
+    def why(self) -> str:
+        text = (f"{self.answers} answers: {self.no_json} without JSON, {self.no_usable} with no usable label, "
+                f"{self.partial} leaving pairs out")
+        return text + (f"; rejected entries: {self.rejects.summary()}" if self.no_json < self.answers else "")
 
 
 @dataclass
@@ -90,6 +157,11 @@ class LLMLabeler:
     seed: int = 0
     max_tool_chars: int = 300
     discovery_max_chars: int = 60_000
+    min_labeled_fraction: float = 0.9  # a run labelling fewer of its pairs raises LabelCoverageError
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_labeled_fraction <= 1.0:
+            raise ValueError(f"min_labeled_fraction must be in [0, 1], got {self.min_labeled_fraction!r}")
 
     # ------------------------------------------------------------------ discovery
     def discover(self, records: Sequence[TrajectoryRecord], max_candidates: int = 10) -> list[Capability]:
@@ -112,13 +184,22 @@ class LLMLabeler:
                            len(blocks), len(order), self.discovery_max_chars)
         prompt = load_prompt("capability_discovery").substitute(
             max_candidates=max_candidates, trajectories="\n\n".join(blocks))
-        for attempt in range(self.label_retries + 1):
-            answer = self.client.complete([{"role": "user", "content": prompt}], seed=self.seed * 1009 + attempt)
+        def parse(answer: str) -> list[Capability]:
             caps = self._parse_candidates(answer, max_candidates)
-            if caps:
-                return caps
-            logger.warning("discovery answer had no usable candidates (attempt %d)", attempt + 1)
-        raise LLMError("capability discovery returned no usable candidates")
+            if not caps:
+                raise ValueError("no usable candidates")
+            return caps
+
+        last = ""
+        for attempt in range(self.label_retries + 1):
+            try:
+                return self.client.ask([{"role": "user", "content": prompt}], parse, seed=self.seed * 1009 + attempt)
+            except InvalidAnswer as exc:
+                last = f"{exc.content[:200]!r}"
+                logger.warning("discovery answer had no usable candidates (attempt %d): %s", attempt + 1, last)
+        raise LLMError(f"capability discovery at {self.client.endpoint} (model {self.client.model}) returned no "
+                       f"usable candidates in {self.label_retries + 1} answers; last answer: {last} "
+                       f"[{self.client.cache_note()}]", self.client.endpoint)
 
     @staticmethod
     def _parse_candidates(answer: str, max_candidates: int) -> list[Capability]:
@@ -144,10 +225,12 @@ class LLMLabeler:
 
     def label_run(self, records: Sequence[TrajectoryRecord], capabilities: Sequence[Capability],
                   run: int) -> LabelRun:
+        """One labeling run; raises :class:`LabelCoverageError` when it labels too few pairs."""
         caps = {snake_case(c.name): c.name for c in capabilities}
         cap_text = "\n".join(f"- `{c.name}`: {c.description}" for c in capabilities)
         template = load_prompt("capability_labeling")
         result = LabelRun(run=run)
+        stats = _RunStats()
         for start in range(0, len(records), self.batch_size):
             batch = {f"t{start + i + 1}": r for i, r in enumerate(records[start:start + self.batch_size])}
             wanted = {(a, c.name) for a in batch for c in capabilities}
@@ -161,14 +244,17 @@ class LLMLabeler:
                     trajectories="\n\n".join(trajectory_block(a, batch[a], self.max_tool_chars) for a in todo),
                 )
                 seed = (self.seed * 1_000_003 + run) * 101 + attempt
-                answer = self.client.complete([{"role": "user", "content": prompt}], seed=seed)
+                stats.answers += 1
                 try:
-                    parsed = _parse_labels(parse_json_loose(answer), set(todo), caps)
-                except ValueError:
+                    parsed = self.client.ask([{"role": "user", "content": prompt}],
+                                             _batch_parser(set(todo), caps, stats), seed=seed)
+                except InvalidAnswer as exc:
+                    logger.info("run %d batch %d attempt %d: %s", run, start // self.batch_size, attempt + 1, exc)
                     parsed = {}
                 for key, label in parsed.items():
                     got.setdefault(key, label)
                 if wanted - set(got):
+                    stats.partial += bool(parsed)
                     logger.info("run %d batch %d: %d pairs unlabeled after attempt %d",
                                 run, start // self.batch_size, len(wanted - set(got)), attempt + 1)
             for (alias, cap), label in got.items():
@@ -178,7 +264,41 @@ class LLMLabeler:
                 logger.warning("run %d: %d pairs still unlabeled after %d retries; recorded as missing",
                                run, len(lost), self.label_retries)
                 result.mark_missing((batch[a].episode_id, c) for a, c in lost)
+        self._check_coverage(result, len(records) * len(capabilities), stats)
         return result
+
+    def _check_coverage(self, result: LabelRun, total: int, stats: _RunStats) -> None:
+        labelled = len(result)
+        if not total or labelled >= self.min_labeled_fraction * total - 1e-9:
+            return
+        why = stats.why()
+        c = self.client
+        raise LabelCoverageError(
+            f"labeling run {result.run}: {labelled} of {total} (trajectory, capability) pairs labelled "
+            f"({labelled / total:.0%}, minimum min_labeled_fraction={self.min_labeled_fraction:.0%}); "
+            f"{total - labelled} unlabelled. Why: {why}. Endpoint {c.endpoint}, model {c.model}; "
+            f"{c.requests_made} requests, {c.cache_note()}.",
+            c.endpoint, result.run, labelled, total, self.min_labeled_fraction, why, result)
+
+
+def _batch_parser(todo: set[str], caps: dict[str, str], stats: _RunStats):
+    """The validator of one labeling answer: its labels, or ``ValueError`` when it has none (not cached)."""
+
+    def parse(answer: str) -> dict[tuple[str, str], Label]:
+        try:
+            value = parse_json_loose(answer)
+        except ValueError as exc:
+            stats.no_json += 1
+            raise ValueError("no JSON in the answer") from exc
+        rejects = Rejects()
+        labels = _parse_labels(value, todo, caps, rejects)
+        stats.rejects.update(rejects)
+        if not labels:
+            stats.no_usable += 1
+            raise ValueError(f"no usable label: {rejects.summary()}")
+        return labels
+
+    return parse
 
 
 def load_capabilities(path: str | Path) -> list[Capability]:

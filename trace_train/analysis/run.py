@@ -58,7 +58,8 @@ def llm_runs(records: Sequence[TrajectoryRecord], cfg: DictConfig, n_runs: int, 
     )
     labeler = LLMLabeler(client, batch_size=int(cfg.batch_size), label_retries=int(cfg.label_retries),
                          seed=int(cfg.seed), max_tool_chars=int(cfg.max_tool_chars),
-                         discovery_max_chars=int(cfg.discovery_max_chars))
+                         discovery_max_chars=int(cfg.discovery_max_chars),
+                         min_labeled_fraction=float(cfg.min_labeled_fraction))
     if cfg.capabilities_file:
         caps = load_capabilities(cfg.capabilities_file)
     else:

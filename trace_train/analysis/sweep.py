@@ -12,13 +12,13 @@ import html
 import io
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from trace_envs.atomic_io import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +75,7 @@ def write_sweep_table(sweep_dir: str | Path) -> tuple[Path, Path]:
     rows = collect_sweep(root)
     out = []
     for name, text in (("sweep_table.csv", render_csv(rows)), ("sweep_table.html", render_html(rows))):
-        path = root / name
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=root)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-        out.append(path)
+        out.append(write_text_atomic(root / name, text))
     logger.info("sweep table of %d jobs written to %s", len(rows), out[0])
     return out[0], out[1]
 

@@ -55,6 +55,11 @@ class BootstrapConfig:
     decision_loss_weight: float = 0.0
     # The decisions the head reads, one column each (trace_train.bootstrap.decisions.DECISIONS).
     decisions: tuple[str, ...] = ("precondition",)
+    # Hints (paper §3.5): this share of BC episodes shows the hint of one capability the task requires
+    # (trace_envs.hints), and the expert follows it with probability ``hint_uptake`` (its knob for that
+    # capability x (1 - uptake)), so the base learns to use guidance some of the time.
+    hint_fraction: float = 0.0
+    hint_uptake: float = 0.0
     max_len: int = 2048
     seed: int = 0
     threads: int = 1
@@ -93,6 +98,9 @@ class BootstrapConfig:
             relevant.pop(key)
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
+        for key in ("hint_fraction", "hint_uptake"):  # nor configs without hints
+            if not getattr(self, key):
+                relevant.pop(key)
         if not self.decision_loss_weight or self.decisions == ("precondition",):  # nor the precondition-only head
             relevant.pop("decisions")
         else:

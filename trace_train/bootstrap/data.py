@@ -20,6 +20,7 @@ from trace_train.trajectory import TrajectoryRecord
 # Train-split seeds are partitioned: the tokenizer corpus, then the BC stream (probe uses test seeds).
 TOKENIZER_SEED_OFFSET = 0
 TRAIN_SEED_OFFSET = 100_000
+_HINT_TAG = 7  # keeps the hint draw independent of everything else drawn from a seed
 
 
 @dataclass
@@ -33,15 +34,25 @@ class Example:
 
 def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
     knobs = ExpertKnobs(**vars(cfg.knobs))
-    return ScriptedRolloutBackend(lambda seed: ScriptedExpert(knobs, seed=seed))
+    return ScriptedRolloutBackend(lambda seed: ScriptedExpert(knobs, seed=seed, hint_uptake=cfg.hint_uptake))
 
 
-def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int],
-                    env_kwargs: dict | None = None) -> list[TrajectoryRecord]:
-    """Expert episodes on ``cfg.env`` with ``env_kwargs`` (default: the config's own)."""
+def hinted_seed(seed: int, fraction: float) -> bool:
+    """Whether the BC episode of ``seed`` shows a hint (a pure function of the seed)."""
+    if fraction <= 0:
+        return False
+    return bool(np.random.default_rng(np.random.SeedSequence([seed, _HINT_TAG])).random() < fraction)
+
+
+def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int], env_kwargs: dict | None = None,
+                    hints: bool = True) -> list[TrajectoryRecord]:
+    """Expert episodes on ``cfg.env`` with ``env_kwargs`` (default: the config's own); with ``hints``,
+    ``cfg.hint_fraction`` of them show a hint (probes pass ``hints=False``: they read the plain target)."""
     backend = expert_backend(cfg)
     kwargs = dict(cfg.env_kwargs if env_kwargs is None else env_kwargs)
-    return backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s, env_kwargs=kwargs) for s in seeds])
+    fraction = cfg.hint_fraction if hints else 0.0
+    return backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s, env_kwargs=kwargs,
+                                           hint=hinted_seed(s, fraction)) for s in seeds])
 
 
 def entity_token_ids(tokenizer) -> dict[int, str]:

@@ -31,7 +31,7 @@ def decision_features(model: torch.nn.Module, tokenizer: Any, cfg: BootstrapConf
     """Per decision: (final hidden states at its points, labels) over expert episodes on ``seeds``."""
     renderer = ChatRenderer(tokenizer)
     cfg = replace(cfg, decisions=tuple(decisions), decision_loss_weight=1.0)
-    records = expert_episodes(cfg, list(seeds), env_kwargs={})
+    records = expert_episodes(cfg, list(seeds), env_kwargs={}, hints=False)
     examples = [encode(renderer, r, cfg, with_decisions=True) for r in records]
     feats: dict[str, list[torch.Tensor]] = {d: [] for d in decisions}
     labels: dict[str, list[float]] = {d: [] for d in decisions}

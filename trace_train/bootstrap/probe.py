@@ -26,7 +26,7 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
     """Argmax accuracy on assistant tokens, on entity-id tokens, and per entity type (and, given the
     decision head, its held-out accuracy per case and per decision)."""
     entity_ids = entity_token_ids(tokenizer)
-    records = expert_episodes(cfg, split_seeds("test", cfg.probe_episodes), env_kwargs={})
+    records = expert_episodes(cfg, split_seeds("test", cfg.probe_episodes), env_kwargs={}, hints=False)
     examples = [encode(renderer, r, cfg, with_decisions=decision_head is not None) for r in records]
     case_hits: Counter[str] = Counter()
     case_total: Counter[str] = Counter()

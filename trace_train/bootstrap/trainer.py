@@ -193,7 +193,8 @@ class Bootstrapper:
         tmp = self.dir / "model.tmp"
         save_policy(model, tokenizer, tmp)
         os.replace(tmp, self.model_dir)
-        summary = {"config": asdict(cfg), "config_hash": self.config_hash, "wall_s": time.perf_counter() - started,
+        summary = {"config": json.loads(json.dumps(asdict(cfg))), "config_hash": self.config_hash,
+                   "wall_s": time.perf_counter() - started,
                    "final_loss_ema": ema, "stopped_early": stopped_early, "probe": probe,
                    "parameters": sum(p.numel() for p in model.parameters())}
         write_json_atomic(self.dir / "bootstrap.json", summary)

@@ -15,13 +15,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from trace_envs.atomic_io import make_temp_dir
 from trace_train.grpo.lora import load_adapter_weights, save_adapter
 from trace_train.trajectory import write_json_atomic
 
@@ -40,7 +40,7 @@ def save_checkpoint(
     root = Path(output_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:04d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    tmp = make_temp_dir(root, f".{final.name}.")
     try:
         save_adapter(model, adapter, tmp / "adapter")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")

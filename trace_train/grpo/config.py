@@ -143,7 +143,7 @@ def check_env_ids(env_ids: list[str]) -> None:
 
 
 def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
-    """Fail unless every env answers ``reset(options={"hint": True})`` with a hint (grpo.hint_fraction > 0)."""
+    """Fail unless every env supports ``reset(options={"hint": True})`` (grpo.hint_fraction > 0)."""
     import gymnasium
 
     for env_id in env_ids:
@@ -152,9 +152,9 @@ def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> Non
             _, info = env.reset(seed=0, options={"hint": True})
         finally:
             env.close()
-        if not info.get("hint") or "unhinted_system_prompt" not in info:
-            raise ValueError(f"grpo.hint_fraction > 0 but {env_id!r} gives no hint on reset(options={{'hint': True}}) "
-                             f"(the capability families do; set grpo.hint_fraction=0 for this env)")
+        if "unhinted_system_prompt" not in info:
+            raise ValueError(f"grpo.hint_fraction > 0 but {env_id!r} does not support hints on "
+                             f"reset(options={{'hint': True}}) (see trace_envs.hints; set grpo.hint_fraction=0)")
 
 
 def check_output_dir(output_dir: str | Path, adapter: str, resume: bool) -> None:

@@ -9,10 +9,10 @@ is ``<name>@<iteration>``. KL to the base is computed with ``with model.disable_
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -21,6 +21,8 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file, save_file
+
+from trace_envs.atomic_io import make_temp_dir, set_plain_write_modes
 
 logger = logging.getLogger(__name__)
 
@@ -130,10 +132,12 @@ def save_adapter(model: PeftModel, name: str, directory: str | os.PathLike) -> P
     """Write adapter ``name`` in PEFT format to ``directory`` atomically (temp dir + rename)."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    tmp = make_temp_dir(directory.parent, f".{directory.name}.")
     try:
         model.peft_config[name].save_pretrained(str(tmp))
+        _sort_target_modules(tmp / "adapter_config.json")
         save_file(adapter_state_dict(model, name), str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+        set_plain_write_modes(tmp)
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)
@@ -141,6 +145,15 @@ def save_adapter(model: PeftModel, name: str, directory: str | os.PathLike) -> P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def _sort_target_modules(config_path: Path) -> None:
+    """peft keeps ``target_modules`` as a set, so the saved order follows the process's hash seed; sort it
+    so the same adapter is the same bytes in every process (a resumed run matches an uninterrupted one)."""
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def load_adapter_weights(model: PeftModel, name: str, directory: str | os.PathLike) -> None:

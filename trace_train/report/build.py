@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from trace_envs.atomic_io import write_text_atomic
 from trace_train.report.assets import CSS, ERROR_HOOK_JS, VIEWER_JS
 from trace_train.report.html_util import not_run, section
 from trace_train.report.loaders import Loaded, RunData, load_run
@@ -90,14 +90,6 @@ def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     html = render_report(run, limits)
     path = Path(out) if out is not None else run.run_dir / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, html)
     logger.info("report: %s (%.1f KB)", path, path.stat().st_size / 1024)
     return path

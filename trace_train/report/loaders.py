@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.trajectory import ReadReport, iter_jsonl
+from trace_train.trajectory import ReadReport, iter_jsonl, iter_trajectory_rows
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +71,16 @@ def load_json(run_dir: Path, rel: str) -> Loaded:
         return Loaded(rel, None, f"{type(exc).__name__}: {exc}")
 
 
-def load_jsonl(run_dir: Path, rel: str, limit: int | None = None) -> Loaded:
-    """Rows of a JSONL file (only dict rows; a truncated last line is skipped by ``iter_jsonl``)."""
+def load_jsonl(run_dir: Path, rel: str, limit: int | None = None, trajectories: bool = False) -> Loaded:
+    """Rows of a JSONL file (only dict rows; a truncated last line is skipped by ``iter_jsonl``); with
+    ``trajectories`` each row is validated as a trajectory record and a bad one is the file's error."""
     path = run_dir / rel
     if not path.is_file():
         return Loaded(rel)
     rows: list[dict[str, Any]] = []
+    reader = iter_trajectory_rows if trajectories else iter_jsonl
     try:
-        for row in iter_jsonl(path, ReadReport()):
+        for row in reader(path, ReadReport()):
             if isinstance(row, dict):
                 rows.append(row)
             if limit is not None and len(rows) >= limit:
@@ -131,7 +133,7 @@ def load_run(run_dir: str | Path, trajectory_scan_limit: int = 5000) -> RunData:
             if loaded.ok or loaded.error:
                 train[sub.name] = loaded
     trajectories: dict[str, Loaded] = {}
-    rollouts = load_jsonl(run_dir, ROLLOUTS, trajectory_scan_limit)
+    rollouts = load_jsonl(run_dir, ROLLOUTS, trajectory_scan_limit, trajectories=True)
     if rollouts.ok or rollouts.error:
         trajectories["target rollouts"] = rollouts
     eval_dir = run_dir / "eval"
@@ -140,7 +142,8 @@ def load_run(run_dir: str | Path, trajectory_scan_limit: int = 5000) -> RunData:
             match = EVAL_TRAJ.match(path.name)
             if match and path.is_file():
                 rel = f"eval/{path.name}"
-                trajectories[f"eval: {match.group(1)}"] = load_jsonl(run_dir, rel, trajectory_scan_limit)
+                trajectories[f"eval: {match.group(1)}"] = load_jsonl(run_dir, rel, trajectory_scan_limit,
+                                                                     trajectories=True)
     return RunData(
         run_dir=run_dir,
         pipeline=load_json(run_dir, PIPELINE),

@@ -4,6 +4,10 @@ A backend plays many episodes together and returns one ``TrajectoryRecord`` per 
 from our backends carry the full token sequence of the episode (``token_ids``), a ``loss_mask`` that
 is 1 exactly on tokens the policy sampled, and the sampler's log-probs aligned with ``token_ids``
 (0.0 where the mask is 0). The trainer consumes those ids as they are: no re-tokenization.
+
+An env that raises in ``reset`` or ``step`` ends only its own episode: the record is a normal failed
+trajectory (reward 0, success False) with termination ``ENV_ERROR`` and ``info["env_error"]`` from
+``env_error_info``; a warning is logged and the rest of the batch goes on.
 """
 
 from __future__ import annotations
@@ -11,7 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from trace_envs.core.parsing import scrub_surrogates
 from trace_train.trajectory import TrajectoryRecord
+
+ENV_ERROR = "env_error"  # termination of an episode whose env raised
+_MAX_ERROR_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,18 @@ def group_requests(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int]
     return [EpisodeRequest(env_id, seed=int(seed), sample_seed=sample_seed * 100_003 + member,
                            env_kwargs=dict(env_kwargs), group=g, hint=member in hinted)
             for g, seed in enumerate(seeds) for member in range(group_size)]
+
+
+def env_error_info(exc: BaseException, stage: str, turn: int) -> dict[str, Any]:
+    """``info["env_error"]`` of an ``ENV_ERROR`` record: exception type and (clipped, UTF-8 safe)
+    message, the stage (``reset`` | ``step``) and the policy turn it happened on (0 for reset)."""
+    try:
+        message = scrub_surrogates(str(exc))[0]
+    except Exception:  # an exception whose __str__ fails still ends its episode cleanly
+        message = "<unprintable exception>"
+    if len(message) > _MAX_ERROR_CHARS:
+        message = message[:_MAX_ERROR_CHARS] + "..."
+    return {"type": type(exc).__name__, "message": message, "stage": stage, "turn": int(turn)}
 
 
 class RolloutBackend(Protocol):

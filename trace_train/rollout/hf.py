@@ -8,7 +8,8 @@ code behaviour cloning uses. Earlier text is never re-tokenized.
 
 If a turn ends without ``<|im_end|>`` (token budget), an ``<|im_end|>`` is appended with mask 0 so
 the stream stays a well-formed chat. Each sampler draws from a ``torch.Generator`` seeded with the
-request's ``sample_seed``, so an episode does not depend on the batch it was played in.
+request's ``sample_seed``, so an episode does not depend on the batch it was played in. An env that
+raises in ``reset``/``step`` ends only its own episode, as ``env_error`` (``trace_train.rollout.base``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 
 from trace_envs.core.parsing import assistant_message, parse_assistant_text
 from trace_train.model.rendering import ChatRenderer
-from trace_train.rollout.base import EpisodeRequest, SamplingParams
+from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, env_error_info
 from trace_train.rollout.hf_generate import generate_turn
 from trace_train.rollout.sampling import make_generator
 from trace_train.trajectory import TrajectoryRecord
@@ -49,11 +50,23 @@ class _Episode:
     done: bool = False
     termination: str = ""
     final_info: dict[str, Any] = field(default_factory=dict)
+    hint: dict[str, Any] | None = None  # set for hinted members (see HFRolloutBackend._hint_swap)
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+def _end_with_env_error(ep: _Episode, exc: Exception, stage: str) -> None:
+    """The env raised: this episode ends as a failed ``ENV_ERROR`` trajectory; the batch goes on."""
+    req = ep.request
+    logger.warning("env %s (seed %d, sample seed %d) raised %s in %s at turn %d; the episode ends as %s",
+                   req.env_id, req.seed, req.sample_seed, type(exc).__name__, stage, len(ep.turns), ENV_ERROR,
+                   exc_info=exc)
+    ep.done, ep.termination, ep.reward = True, ENV_ERROR, 0.0
+    ep.final_info = {"success": False, "reward_breakdown": {},
+                     "env_error": env_error_info(exc, stage, len(ep.turns))}
 
 
 def _json_safe(obj: Any) -> Any:
@@ -160,8 +173,12 @@ class HFRolloutBackend:
     def _close_envs(episodes: Sequence[_Episode]) -> None:
         for ep in episodes:
             close = getattr(ep.env, "close", None)
-            if close is not None:
+            if close is None:
+                continue
+            try:
                 close()
+            except Exception:  # a failing close must not lose the batch's records
+                logger.warning("closing env %s (seed %d) failed", ep.request.env_id, ep.request.seed, exc_info=True)
 
     def _records(self, episodes: Sequence[_Episode], adapter: str | None) -> list[TrajectoryRecord]:
         policy = self.policy_name if adapter is None else f"{self.policy_name}:{adapter}"
@@ -169,18 +186,44 @@ class HFRolloutBackend:
 
     # -- internals ------------------------------------------------------------------------------
     def _start(self, req: EpisodeRequest) -> _Episode:
-        env = self.env_factory(req.env_id, **req.env_kwargs)
-        obs, info = env.reset(seed=req.seed)
+        env = self.env_factory(req.env_id, **req.env_kwargs)  # a bad env id / kwargs fails loudly
+        try:
+            obs, info = env.reset(seed=req.seed, options=req.reset_options())
+        except Exception as exc:
+            ep = _Episode(request=req, env=env, tools=None, reset_info={}, messages=[],
+                          generator=make_generator(req.sample_seed))
+            _end_with_env_error(ep, exc, "reset")
+            return ep
         tools = (info.get("tools") or None) if self.render_tools else None
-        messages = list(obs)
-        system = (info.get("system_prompt") or "") + self.system_suffix
-        if system and not (messages and messages[0].get("role") == "system"):
-            messages.insert(0, {"role": "system", "content": system})
+        messages = self._with_system(list(obs), info.get("system_prompt"))
         ep = _Episode(request=req, env=env, tools=tools, reset_info=dict(info), messages=messages,
                       generator=make_generator(req.sample_seed))
         ep.append(self.renderer.prompt_ids(messages, tools), 0)
+        if req.hint:  # None when no hint applies to this task: the member played unhinted
+            ep.hint = self._hint_swap(req, info, list(obs), tools, len(ep.ids))
         self._check_context(ep)
         return ep
+
+    def _with_system(self, messages: list[dict[str, Any]], system_prompt: str | None) -> list[dict[str, Any]]:
+        system = (system_prompt or "") + self.system_suffix
+        if system and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": system})
+        return messages
+
+    def _hint_swap(self, req: EpisodeRequest, info: dict[str, Any], obs: list[dict[str, Any]],
+                   tools: list[dict[str, Any]] | None, hinted_len: int) -> dict[str, Any] | None:
+        """What the trainer needs to swap the hinted prompt for the plain one: the hint, the hinted
+        prompt's length and the unhinted prompt's ids (the rest of the stream is the same tokens)."""
+        if "unhinted_system_prompt" not in info:
+            raise ValueError(f"{req.env_id} was asked for a hint but does not support hints (its reset info has "
+                             f"no 'unhinted_system_prompt'; see trace_envs.hints)")
+        if obs and obs[0].get("role") == "system":
+            obs = [{**obs[0], "content": info["unhinted_system_prompt"]}, *obs[1:]]
+        if not info.get("hint"):
+            return None
+        plain = self._with_system(obs, info["unhinted_system_prompt"])
+        return {"text": info["hint"], "hinted_prompt_len": hinted_len,
+                "unhinted_prompt_ids": self.renderer.prompt_ids(plain, tools)}
 
     def _check_context(self, ep: _Episode) -> None:
         if not ep.done and len(ep.ids) >= self.max_context - 1:
@@ -209,8 +252,13 @@ class HFRolloutBackend:
         if "<tool_call>" in text and parsed.tool_calls:
             message["tool_calls"] = assistant_message(parsed)["tool_calls"]
         ep.messages.append(message)
-        obs, reward, terminated, truncated, info = ep.env.step(text)
-        obs = list(obs)
+        try:
+            obs, reward, terminated, truncated, info = ep.env.step(text)
+            obs = list(obs)
+        except Exception as exc:
+            ep.format_ok.append(parsed.format_ok)
+            _end_with_env_error(ep, exc, "step")
+            return
         ep.reward += float(reward)
         ep.format_ok.append(bool(info.get("format_ok", parsed.format_ok)))
         self._sync_call_ids(message, obs)
@@ -266,6 +314,7 @@ class HFRolloutBackend:
                 "generated_tokens": int(sum(n for _, n in ep.turns)),
                 "sample_seed": ep.request.sample_seed,
                 "group": ep.request.group,
+                **({"hint": ep.hint} if ep.hint is not None else {}),
             },
             token_ids=ep.ids,
             loss_mask=ep.mask,

@@ -2,7 +2,9 @@
 
 Used by the ``openai`` rollout backend and by the LLM roles (labeler, user simulator, router
 classifier) through ``trace_train.analysis.llm_client.ChatClient``. One request = up to
-``retries + 1`` attempts; connection errors, timeouts, HTTP 5xx and 429 are retried with exponential
+``retries + 1`` attempts, each bounded by a total deadline of ``timeout`` seconds (connect and the
+whole response, see ``trace_envs.http_deadline``: a server trickling bytes cannot stretch it);
+connection errors, timeouts, HTTP 5xx and 429 are retried with exponential
 backoff (``backoff_s * 2**attempt``, capped, a server's ``Retry-After`` honoured); any other HTTP
 status fails at once. A response that is not JSON, or that ``parse`` rejects, is a *bad response*:
 retried only when ``retry_bad_response`` is set. Failures raise ``error`` (a ``ServerError``
@@ -17,9 +19,11 @@ import logging
 import threading
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
+from email.message import Message
 from typing import Any, Callable, TypeVar
+
+from trace_envs import http_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -89,31 +93,31 @@ class JSONHTTPClient:
             headers["Content-Type"] = "application/json"
         last, last_status, last_detail = "no attempt made", None, ""
         for attempt in range(retries + 1):
-            req = urllib.request.Request(url, data=data, method=method, headers=headers)
             with self._lock:
                 self.requests_made += 1
             retry_after: float | None = None
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    text = resp.read().decode("utf-8", errors="replace")
-            except urllib.error.HTTPError as exc:
-                detail = _error_text(exc)
-                last = f"HTTP {exc.code}: {detail}"
-                last_status, last_detail = exc.code, detail
-                if exc.code < 500 and exc.code != 429:
-                    raise error(f"{method} {url}: {last}", url, exc.code, detail) from exc
-                retry_after = _retry_after(exc)
+                resp = http_deadline.request(method, url, data, headers, timeout=self.timeout)
             except _NETWORK_ERRORS as exc:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
                 last_status, last_detail = None, ""
             else:
-                try:
-                    return parse(text if raw else json.loads(text))
-                except _PARSE_ERRORS as exc:
-                    last = f"bad response ({type(exc).__name__}: {exc}): {text[:300]!r}"
-                    last_status, last_detail = None, ""
-                    if not retry_bad_response:
-                        raise error(f"{method} {url}: {last}", url) from exc
+                text = resp.text()
+                if resp.status >= 400:
+                    detail = _error_text(text, resp.reason)
+                    last = f"HTTP {resp.status}: {detail}"
+                    last_status, last_detail = resp.status, detail
+                    if resp.status < 500 and resp.status != 429:
+                        raise error(f"{method} {url}: {last}", url, resp.status, detail)
+                    retry_after = _retry_after(resp.headers)
+                else:
+                    try:
+                        return parse(text if raw else json.loads(text))
+                    except _PARSE_ERRORS as exc:
+                        last = f"bad response ({type(exc).__name__}: {exc}): {text[:300]!r}"
+                        last_status, last_detail = None, ""
+                        if not retry_bad_response:
+                            raise error(f"{method} {url}: {last}", url) from exc
             if attempt < retries:
                 delay = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
                 if retry_after is not None:
@@ -125,11 +129,7 @@ class JSONHTTPClient:
                     last_status, last_detail)
 
 
-def _error_text(exc: urllib.error.HTTPError) -> str:
-    try:
-        text = exc.read().decode("utf-8", errors="replace")
-    except Exception:  # noqa: BLE001 - the body is only for the message
-        return str(exc.reason)
+def _error_text(text: str, reason: str) -> str:
     try:  # OpenAI-style {"error": {"message": ...}} or vLLM's {"message": ...}
         payload = json.loads(text)
         err = payload.get("error", payload) if isinstance(payload, dict) else payload
@@ -138,11 +138,11 @@ def _error_text(exc: urllib.error.HTTPError) -> str:
             return str(message)[:500]
     except (json.JSONDecodeError, AttributeError):
         pass
-    return text[:500] or str(exc.reason)
+    return text[:500] or reason
 
 
-def _retry_after(exc: urllib.error.HTTPError) -> float | None:
-    value = exc.headers.get("Retry-After") if exc.headers else None
+def _retry_after(headers: Message | None) -> float | None:
+    value = headers.get("Retry-After") if headers else None
     try:
         return float(value) if value is not None else None
     except ValueError:

@@ -8,13 +8,16 @@ so members of one GRPO group (same env seed) can still differ.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import gymnasium as gym
 
-from trace_train.rollout.base import EpisodeRequest, SamplingParams
+from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, env_error_info
 from trace_train.trajectory import TrajectoryRecord
+
+logger = logging.getLogger(__name__)
 
 
 class ScriptedPolicy(Protocol):
@@ -26,11 +29,20 @@ class ScriptedPolicy(Protocol):
 
 
 def play_episode(env: gym.Env, policy: ScriptedPolicy, request: EpisodeRequest) -> TrajectoryRecord:
-    """Play one episode of ``policy`` on ``env`` and return its record."""
-    obs, reset_info = env.reset(seed=request.seed)
+    """Play one episode of ``policy`` on ``env`` and return its record (``env_error`` if the env raises)."""
+    try:
+        obs, reset_info = env.reset(seed=request.seed, options=request.reset_options())
+    except Exception as exc:
+        return _env_error_record(env, policy, request, {}, exc, "reset", 0)
     policy.reset(obs, reset_info, seed=request.seed)  # the policy itself was seeded with sample_seed
+    turn = 0
     while True:
-        obs, reward, terminated, truncated, info = env.step(policy.act(obs))
+        action = policy.act(obs)
+        turn += 1
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except Exception as exc:
+            return _env_error_record(env, policy, request, reset_info, exc, "step", turn)
         if terminated or truncated:
             break
     transcript = env.unwrapped.transcript
@@ -44,9 +56,37 @@ def play_episode(env: gym.Env, policy: ScriptedPolicy, request: EpisodeRequest) 
         termination=str(info.get("termination", "unknown")),
         policy=policy.name,
         reward_breakdown=dict(info.get("reward_breakdown", {})),
-        info={**extra, "task": reset_info.get("task"), "tools": reset_info.get("tools"), "group": request.group,
-              "sample_seed": request.sample_seed},
-        episode_id=f"{request.env_id}|{request.seed}|{policy.name}|{request.sample_seed}",
+        info={**extra, **_request_info(reset_info, request)},
+        episode_id=_episode_id(request, policy),
+    )
+
+
+def _request_info(reset_info: dict[str, Any], request: EpisodeRequest) -> dict[str, Any]:
+    return {"task": reset_info.get("task"), "tools": reset_info.get("tools"), "group": request.group,
+            "sample_seed": request.sample_seed}
+
+
+def _episode_id(request: EpisodeRequest, policy: ScriptedPolicy) -> str:
+    return f"{request.env_id}|{request.seed}|{policy.name}|{request.sample_seed}"
+
+
+def _env_error_record(env: gym.Env, policy: ScriptedPolicy, request: EpisodeRequest, reset_info: dict[str, Any],
+                      exc: Exception, stage: str, turn: int) -> TrajectoryRecord:
+    """The failed-trajectory record of an episode whose env raised (reward 0, ``ENV_ERROR``)."""
+    logger.warning("env %s (seed %d, sample seed %d) raised %s in %s at turn %d; the episode ends as %s",
+                   request.env_id, request.seed, request.sample_seed, type(exc).__name__, stage, turn, ENV_ERROR,
+                   exc_info=exc)
+    transcript = list(getattr(env.unwrapped, "transcript", None) or []) if stage == "step" else []
+    return TrajectoryRecord(
+        env_id=env.spec.id if env.spec else request.env_id,
+        seed=request.seed,
+        messages=transcript,
+        reward=0.0,
+        success=False,
+        termination=ENV_ERROR,
+        policy=policy.name,
+        info={"env_error": env_error_info(exc, stage, turn), **_request_info(reset_info, request)},
+        episode_id=_episode_id(request, policy),
     )
 
 
@@ -57,15 +97,33 @@ class ScriptedRolloutBackend:
         self.policy_factory = policy_factory
         self._envs: dict[tuple[str, str], gym.Env] = {}
 
-    def _env(self, request: EpisodeRequest) -> gym.Env:
+    @staticmethod
+    def _key(request: EpisodeRequest) -> tuple[str, str]:
         # JSON keys the cache so list- or dict-valued kwargs (``kinds=[...]``) work too.
-        key = (request.env_id, json.dumps(request.env_kwargs, sort_keys=True, default=str))
+        return request.env_id, json.dumps(request.env_kwargs, sort_keys=True, default=str)
+
+    def _env(self, request: EpisodeRequest) -> gym.Env:
+        key = self._key(request)
         if key not in self._envs:
             self._envs[key] = gym.make(request.env_id, **request.env_kwargs)
         return self._envs[key]
+
+    def _drop_env(self, request: EpisodeRequest) -> None:
+        env = self._envs.pop(self._key(request), None)
+        try:
+            if env is not None:
+                env.close()
+        except Exception:
+            logger.warning("closing env %s failed", request.env_id, exc_info=True)
 
     def rollout(self, requests: Sequence[EpisodeRequest], sampling: SamplingParams | None = None,
                 adapter: str | None = None) -> list[TrajectoryRecord]:
         if adapter is not None:
             raise ValueError("scripted policies have no adapters")
-        return [play_episode(self._env(r), self.policy_factory(r.sample_seed), r) for r in requests]
+        records = []
+        for request in requests:
+            record = play_episode(self._env(request), self.policy_factory(request.sample_seed), request)
+            if record.termination == ENV_ERROR:  # its state is suspect: the next request gets a fresh env
+                self._drop_env(request)
+            records.append(record)
+        return records

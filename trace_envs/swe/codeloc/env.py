@@ -5,6 +5,8 @@ swebench task repo and runs it on the local backend with the SWE tools. Modes:
 ``localize`` (default; reward = mean of file F1 and function F1 of ``submit(files, functions)``),
 ``repair`` (reward = hidden tests resolved) and ``localize+verify`` (reward = resolved, F1 in ``info``).
 Splits are disjoint by construction: generator seed ``2k`` for ``train`` and ``2k + 1`` for ``test``.
+The generated task directory is deleted as soon as it is loaded and its tree pinned in the episode's
+own pristine store: the gold patch and hidden tests exist only in this process.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from trace_envs.swe.backends import LocalBackend
 from trace_envs.swe.codeloc.generator import CodeLocTask, GenConfig, generate_task
 from trace_envs.swe.env import SWEBenchEnv, SWEEpisode
 from trace_envs.swe.local_tasks import write_task
+from trace_envs.swe.store import PristineStore
 from trace_envs.swe.task import load_task_repo
 
 SPLITS = {"train": 0, "test": 1}
@@ -43,6 +46,7 @@ class CodeLocalizationEnv(SWEBenchEnv):
         generator_seed(0, split)  # validate the split early
         self.config = GenConfig(modules_per_layer=modules_per_layer, functions_per_module=functions_per_module)
         self.generated: CodeLocTask | None = None
+        self._episode_store: PristineStore | None = None
 
     def _new_episode(self, options: dict[str, Any] | None) -> Episode:
         self._close_episode()
@@ -58,7 +62,16 @@ class CodeLocalizationEnv(SWEBenchEnv):
                    extra={"gold_files": [gen.gold_file], "gold_functions": [gen.gold_function],
                           "mutation": gen.mutation, "split": self.split})
         task = load_task_repo(root, [iid])[0]
-        return SWEEpisode(task, LocalBackend(self.limits, self.eval_timeout_s), self.mode)
+        self._episode_store = PristineStore(self._scratch_dir() / "episode_store")
+        self._episode_store.pin(task.repo_path, task.base_commit)
+        shutil.rmtree(root)
+        return SWEEpisode(task, LocalBackend(self.limits, self.eval_timeout_s, self._episode_store), self.mode)
+
+    def _close_episode(self) -> None:
+        super()._close_episode()
+        if self._episode_store is not None:  # one generated tree per episode: drop it with the episode
+            self._episode_store.close()
+            self._episode_store = None
 
     def oracle_actions(self) -> list[str]:
         """Actions of a perfect agent for the current episode (tests and calibration)."""
