@@ -25,3 +25,11 @@ def test_shipped_checkpoint_loads_with_one_token_ids_and_no_tool_schemas():
     assert tokenizer.chat_template == chat_template("none")
     assert len(atomic_token_ids(tokenizer, atomic_vocabulary())) == len(atomic_vocabulary())
     assert model.config.num_hidden_layers == 2 and sum(p.numel() for p in model.parameters()) < 1_000_000
+
+
+def test_the_hints_stage_continues_from_the_shipped_base():
+    default = BootstrapConfig.from_dict(yaml.safe_load((CONF_DIR / "bootstrap" / "default.yaml").read_text()))
+    hints = BootstrapConfig.from_dict(yaml.safe_load((CONF_DIR / "bootstrap" / "with_hints.yaml").read_text()))
+    assert hints.parent.content_hash() == default.content_hash()
+    assert hints.hint_fraction > 0 and len(hints.decisions) == 4 and hints.last_step < hints.steps
+    assert min(vars(hints.knobs).values()) > 0.5  # the greedy base still fails every capability

@@ -4,26 +4,19 @@ The Hydra app runs in-process (``trace_train.cli.main`` with an argv) to avoid r
 """
 
 import json
-import sys
 
 import pytest
 import torch
 
-from trace_train import cli
+from tests.cli_runner import run_cli
 
 torch.set_num_threads(1)
 
 
 def _cli(*overrides, cwd, capsys):
     """Run ``trace-rl train``; returns (exit code, stdout)."""
-    code, argv = 0, list(sys.argv)
-    try:
-        cli.main(["train", *overrides, f"hydra.run.dir={cwd}/hydra"])
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = argv
-    return code, capsys.readouterr().out
+    code, out, _ = run_cli("train", *overrides, hydra_dir=f"{cwd}/hydra", capsys=capsys)
+    return code, out
 
 
 def test_train_command_runs_and_resumes(tmp_path, capsys):

@@ -7,25 +7,16 @@ The Hydra app runs in-process (``trace_train.cli.main`` with an argv), as in tes
 import fcntl
 import json
 import os
-import sys
 
 import pytest
 
-from trace_train import cli
+from tests.cli_runner import run_cli
 from trace_train.trajectory import read_trajectories
 
 
 def _rollout(*overrides, tmp_path, capsys):
     """Run ``trace-rl rollout`` (oracle on retail-sim); returns (exit code, stdout, stderr)."""
-    code, argv = 0, list(sys.argv)
-    try:
-        cli.main(["rollout", *overrides, f"hydra.run.dir={tmp_path}/hydra"])
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli("rollout", *overrides, hydra_dir=f"{tmp_path}/hydra", capsys=capsys)
 
 
 def test_second_run_fails_at_once_while_the_first_holds_the_lock(tmp_path, capsys):
@@ -116,14 +107,8 @@ def test_counts_are_checked_before_the_env_id(tmp_path, capsys):
 
 
 def _eval(*overrides, tmp_path, capsys):
-    code, argv = 0, list(sys.argv)
-    try:
-        cli.main(["eval", *overrides, f"hydra.run.dir={tmp_path}/hydra"])
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = argv
-    return code, capsys.readouterr().err
+    code, _, err = run_cli("eval", *overrides, hydra_dir=f"{tmp_path}/hydra", capsys=capsys)
+    return code, err
 
 
 @pytest.mark.parametrize(
