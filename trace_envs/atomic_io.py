@@ -73,7 +73,15 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def current_umask() -> int:
-    """The process umask (read by setting it and putting it back)."""
+    """The process umask: from ``/proc/self/status`` where Linux has it (no window in which another
+    thread would create a file under a wrong umask), else by setting it and putting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
