@@ -8,6 +8,7 @@ and the same ``transformers`` ``generate`` call for sampling. Prints samples/s o
 ratio ours/TRL (first step of each excluded as warm-up).
 
     .venv/bin/python benchmarks/grpo_vs_trl.py [--steps 6 --groups 4 --group-size 8 --tokens 16]
+    .venv/bin/python benchmarks/grpo_vs_trl.py --multi-turn --steps 3 --groups 2 --group-size 8 --tokens 96
 """
 
 from __future__ import annotations
@@ -218,7 +219,18 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--multi-turn", action="store_true",
+                        help="precondition_verification-v0 with the shipped base (grpo_multiturn_trl.py)")
+    parser.add_argument("--checkpoint", default="checkpoints/retail-sim-tiny")
     args = parser.parse_args()
+    if args.multi_turn:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from grpo_multiturn_trl import main as multi_turn_main
+
+        multi_turn_main(args)
+        return
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,9 +1,14 @@
-"""Emitted capability envs (``trace-rl synthesize``). ``load()`` imports every module listed in
-``manifest.json`` (each registers its id on import); it runs on ``import trace_envs``.
+"""Emitted capability envs: a ``manifest.json`` of rows that :func:`load` turns into Gymnasium registrations.
 
-The default directory is this package's folder; envs emitted elsewhere (a run directory, a test's tmp
-dir) are registered with an explicit ``load(directory)``. A manifest entry whose module file is missing is skipped
-with a warning, so deleting a module unregisters its env.
+A row is data. A template-family row ``{"env_id", "family", "domain", "knobs", ...}`` registers
+``env_id`` with the family's entry point (looked up in ``trace_envs.families.FAMILIES``, never taken from the
+row) and ``domain`` + ``knobs`` as kwargs. Only a row with a ``module`` (an LLM-written env module that passed the
+sandboxed validator) names code: that module, beside the manifest, is imported and registers its id itself.
+
+``load()`` (run on ``import trace_envs``) reads the rows shipped in this package's ``manifest.json`` and the
+user's own under :func:`user_dir` (where ``trace-rl synthesize`` writes by default); envs emitted elsewhere (a
+pipeline run directory, a test's tmp dir) are registered with an explicit ``load(directory)``. Nothing is ever
+written into this package. A bad row is skipped with a warning, so deleting a row unregisters its env.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def generated_dir() -> Path:
+    """This package's folder: its ``manifest.json`` holds the rows shipped with trace-rl (read-only)."""
     return PACKAGE_DIR
+
+
+def user_dir() -> Path:
+    """The user's emitted envs (``~/.local/share/trace-rl/generated_envs``): the default of ``trace-rl synthesize``."""
+    return Path.home() / ".local" / "share" / "trace-rl" / "generated_envs"
 
 
 def read_manifest(directory: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -35,32 +46,65 @@ def read_manifest(directory: str | os.PathLike | None = None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         logger.warning("%s is not valid JSON (%s); no emitted envs registered", path, exc)
         return {"envs": []}
+    if not isinstance(doc, dict) or not isinstance(doc.get("envs", []), list):
+        logger.warning("%s: expected {\"envs\": [...]}; no emitted envs registered", path)
+        return {"envs": []}
     doc.setdefault("envs", [])
     return doc
 
 
+def register_row(entry: dict[str, Any], directory: str | os.PathLike | None = None) -> str | None:
+    """Register one manifest row; returns its env id, or None (with a warning) when the row is unusable."""
+    env_id = str(entry.get("env_id", ""))
+    if entry.get("module"):
+        return _import_module_row(entry, Path(directory or generated_dir()))
+    from trace_envs.families import FAMILIES
+    from trace_envs.registry import NAMESPACE, register_env
+
+    family = entry.get("family") or entry.get("capability")
+    prefix, suffix = f"{NAMESPACE}/", "-v0"
+    if family not in FAMILIES:
+        logger.warning("generated env %s: unknown family %r (known: %s); skipped", env_id, family, sorted(FAMILIES))
+        return None
+    if not (env_id.startswith(prefix) and env_id.endswith(suffix)) or not isinstance(entry.get("knobs", {}), dict):
+        logger.warning("generated env %r: needs env_id trace/<name>-v0 and a knobs mapping; skipped", env_id)
+        return None
+    kwargs = {"domain": entry["domain"], **entry.get("knobs", {})} if entry.get("domain") else dict(entry["knobs"])
+    return register_env(env_id[len(prefix):-len(suffix)], FAMILIES[family], **kwargs)
+
+
+def _import_module_row(entry: dict[str, Any], directory: Path) -> str | None:
+    module_file = directory / str(entry["module"])
+    if not module_file.is_file():
+        logger.warning("generated env %s: module %s is missing; skipped", entry.get("env_id"), module_file)
+        return None
+    name = f"generated_envs.{module_file.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, module_file)
+        if spec is None or spec.loader is None:
+            logger.warning("generated env %s: cannot import %s; skipped", entry.get("env_id"), module_file)
+            return None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception:  # a broken emitted module must not break `import trace_envs`
+            sys.modules.pop(name, None)
+            logger.exception("generated env %s: importing %s failed; skipped", entry.get("env_id"), module_file)
+            return None
+    return str(entry.get("env_id"))
+
+
 def load(directory: str | os.PathLike | None = None) -> list[str]:
-    """Import every emitted module of the manifest; returns the env ids now registered."""
-    directory = Path(directory or generated_dir())
+    """Register every row of ``directory``'s manifest (default: the shipped rows, then :func:`user_dir`'s)."""
+    directories = [Path(directory)] if directory is not None else [generated_dir(), user_dir()]
     ids: list[str] = []
-    for entry in read_manifest(directory)["envs"]:
-        module_file = directory / str(entry.get("module", ""))
-        if not entry.get("module") or not module_file.is_file():
-            logger.warning("generated env %s: module %s is missing; skipped", entry.get("env_id"), module_file)
-            continue
-        name = f"generated_envs.{module_file.stem}"
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, module_file)
-            if spec is None or spec.loader is None:
-                logger.warning("generated env %s: cannot import %s; skipped", entry.get("env_id"), module_file)
+    for folder in directories:
+        for entry in read_manifest(folder)["envs"]:
+            if not isinstance(entry, dict):
+                logger.warning("%s: manifest row %r is not an object; skipped", folder / MANIFEST, entry)
                 continue
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception:  # a broken emitted module must not break `import trace_envs`
-                sys.modules.pop(name, None)
-                logger.exception("generated env %s: importing %s failed; skipped", entry.get("env_id"), module_file)
-                continue
-        ids.append(str(entry.get("env_id")))
+            env_id = register_row(entry, folder)
+            if env_id is not None:
+                ids.append(env_id)
     return ids

@@ -5,6 +5,11 @@ seconds never times out. :func:`request` bounds the whole request instead: conne
 line, headers and body. Before every socket read or write the time left becomes the socket
 timeout; when none is left, :class:`DeadlineExceeded` (a ``TimeoutError``) is raised.
 
+:class:`ConnectionPool` keeps HTTP/1.1 connections open between requests to the same server (one
+idle connection per host and thread-free checkout, so many threads may share a pool), each request
+still bounded by its own total deadline. A kept connection the server closed meanwhile is replaced
+once, transparently; URLs that go through a proxy configured for this process use the one-shot path.
+
 It lives in ``trace_envs`` so that both the env side (the τ² LLM user) and ``trace_train`` (the
 shared JSON client of the rollout backend and the LLM labeler) can use it.
 """
@@ -15,8 +20,10 @@ import functools
 import http.client
 import io
 import socket
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from email.message import Message
@@ -168,3 +175,98 @@ def request(method: str, url: str, data: bytes | None = None, headers: dict[str,
         raise
     except TimeoutError as exc:  # a socket timeout: it was set to the time left, so that ran out
         raise deadline.expired() from exc
+
+
+_STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                 http.client.CannotSendRequest, http.client.BadStatusLine)
+
+
+@dataclass
+class _Kept:
+    conn: http.client.HTTPConnection
+
+    def rearm(self, deadline: _Deadline) -> None:
+        """Give a kept connection (and its wrapped socket) the deadline of the next request."""
+        self.conn._deadline = deadline  # type: ignore[attr-defined]
+        if isinstance(self.conn.sock, _DeadlineSocket):
+            self.conn.sock._deadline = deadline
+
+
+class ConnectionPool:
+    """Keep-alive connections per (scheme, host, port), each request bounded by a total deadline.
+
+    ``request`` has the same contract as the module-level :func:`request`. ``max_idle`` idle
+    connections are kept per server; a connection is checked out for one request at a time.
+    """
+
+    def __init__(self, max_idle: int = 8) -> None:
+        self.max_idle = max_idle
+        self.connections_opened = 0
+        self._idle: dict[tuple[str, str, int], list[_Kept]] = {}
+        self._lock = threading.Lock()
+
+    def _checkout(self, key: tuple[str, str, int]) -> _Kept | None:
+        with self._lock:
+            idle = self._idle.get(key)
+            return idle.pop() if idle else None
+
+    def _checkin(self, key: tuple[str, str, int], kept: _Kept) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.max_idle:
+                idle.append(kept)
+                return
+        kept.conn.close()
+
+    def _open(self, scheme: str, host: str, port: int, deadline: _Deadline) -> _Kept:
+        cls = _HTTPSConnection if scheme == "https" else _HTTPConnection
+        with self._lock:
+            self.connections_opened += 1
+        return _Kept(cls(host, port, deadline=deadline))
+
+    def close(self) -> None:
+        with self._lock:
+            kept = [k for idle in self._idle.values() for k in idle]
+            self._idle.clear()
+        for k in kept:
+            k.conn.close()
+
+    def request(self, method: str, url: str, data: bytes | None = None, headers: dict[str, str] | None = None,
+                timeout: float = 120.0) -> Response:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"only http:// and https:// URLs are supported, got {url!r}")
+        if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(parts.hostname):
+            return request(method, url, data, headers, timeout)  # proxies: the one-shot urllib path
+        deadline = _Deadline(timeout)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = (parts.scheme, parts.hostname, port)
+        path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        send_headers = {"Connection": "keep-alive", **(headers or {})}
+        kept = self._checkout(key)
+        for fresh in ((False, True) if kept is not None else (True,)):
+            if fresh:
+                kept = self._open(*key, deadline)
+            assert kept is not None
+            kept.rearm(deadline)
+            try:
+                kept.conn.request(method, path, body=data, headers=send_headers)
+                resp = kept.conn.getresponse()
+                body = resp.read()
+            except _STALE_ERRORS:
+                kept.conn.close()
+                if fresh:
+                    raise
+                continue  # the server closed the kept connection meanwhile: once more on a new one
+            except socket.timeout as exc:
+                kept.conn.close()
+                raise deadline.expired() from exc
+            except BaseException:
+                kept.conn.close()
+                raise
+            if resp.will_close:
+                kept.conn.close()
+            else:
+                self._checkin(key, kept)
+            return Response(resp.status, resp.reason, resp.headers, body)
+        raise AssertionError("unreachable")

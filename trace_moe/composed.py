@@ -173,6 +173,17 @@ class ComposedModel(nn.Module):
         finally:
             self.control.capture_inputs = previous
 
+    @contextlib.contextmanager
+    def disabling(self, slots: Sequence[int]) -> Iterator[None]:
+        """The gates route as if ``slots`` did not exist (their logits are -inf): e.g. the composition
+        before a slot was added."""
+        previous = self.control.disabled_slots
+        self.control.disabled_slots = tuple(int(s) for s in slots)
+        try:
+            yield
+        finally:
+            self.control.disabled_slots = previous
+
     def gate_parameters(self) -> list[nn.Parameter]:
         return list(self.gates.parameters())
 
@@ -208,7 +219,7 @@ class ComposedModel(nn.Module):
                 for a in self.adapters
             ],
         }
-        from trace_train.trajectory import write_json_atomic
+        from trace_envs.records import write_json_atomic
 
         write_json_atomic(out / COMPOSE_JSON, meta)
         return out
@@ -248,6 +259,52 @@ class ComposedModel(nn.Module):
         composed = cls(model, adapters, GateConfig(**meta["gate_config"]), meta.get("norm_attr", "input_layernorm"))
         state = load_file(str(in_dir / GATES_FILE))
         composed.gates.load_state_dict(state, strict=True)
+        return composed
+
+
+    @classmethod
+    def extend(cls, in_dir: str | Path, new_adapter: str | Path, new_name: str | None = None,
+               model: nn.Module | None = None, torch_dtype: torch.dtype | None = None) -> ComposedModel:
+        """A saved composition plus one new adapter in a new last slot.
+
+        The existing adapters are loaded from their recorded paths (content hashes verified) and left
+        untouched; every gate keeps its trained rows for the existing slots, and the new slot's row
+        starts at zero weight with a bias one below the smallest existing bias, so the extended
+        model initially routes (almost) as the saved one did.
+        """
+        from safetensors.torch import load_file
+
+        in_dir = Path(in_dir)
+        if not (in_dir / COMPOSE_JSON).exists():
+            raise ValueError(f"{in_dir}: no {COMPOSE_JSON}; not a directory written by trace-rl compose")
+        meta = json.loads((in_dir / COMPOSE_JSON).read_text())
+        records = meta["adapters"]
+        for rec in records:
+            actual = hash_adapter_dir(rec["path"])
+            if actual != rec["sha256"]:
+                raise ValueError(f"adapter {rec['name']!r} at {rec['path']} changed since the composition was saved")
+        name = new_name or Path(new_adapter).name
+        if name in [r["name"] for r in records] or name == "base":
+            raise ValueError(f"the composition already has a slot named {name!r}; pass another name")
+        adapters = load_adapters([*(r["path"] for r in records), new_adapter], [*(r["name"] for r in records), name])
+        if model is None:
+            from transformers import AutoModelForCausalLM
+
+            kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
+            model = AutoModelForCausalLM.from_pretrained(meta["base_model"], **kwargs)
+        composed = cls(model, adapters, GateConfig(**meta["gate_config"]), meta.get("norm_attr", "input_layernorm"))
+        state = load_file(str(in_dir / GATES_FILE))
+        old = len(records) + 1
+        with torch.no_grad():
+            for i, gate in enumerate(composed.gates):
+                w, b = state[f"{i}.proj.weight"], state[f"{i}.proj.bias"]
+                if w.shape[0] != old:
+                    raise ValueError(f"{in_dir}: gate {i} has {w.shape[0]} slots, compose.json lists {old}")
+                gate.proj.weight[:old] = w.to(gate.proj.weight)
+                gate.proj.bias[:old] = b.to(gate.proj.bias)
+                gate.proj.weight[old:] = 0.0
+                gate.proj.bias[old:] = float(b.min()) - 1.0
+        logger.info("extended composition %s (%d adapters) with %r in slot %d", in_dir, len(records), name, old)
         return composed
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,13 +59,49 @@ def collate(examples: Sequence[GateExample], pad_id: int = 0, max_len: int | Non
     return Batch(ids, att, mask, labels)
 
 
+def capability_from_env_id(env_id: str, slot_names: Sequence[str]) -> str | None:
+    """The slot name an env id belongs to, or ``None``.
+
+    ``trace/<capability>-v0`` and a pipeline-synthesized ``trace/<capability>-<target>-v0`` map to
+    ``<capability>`` when it is a slot; the longest matching slot name wins. Slot 0 (``base``) is never
+    derived: a target-env rollout must be labelled explicitly (``env_labels``).
+    """
+    name = str(env_id).rsplit(":", 1)[-1]  # module:id references
+    name = name.rsplit("/", 1)[-1]
+    name = re.sub(r"-v\d+$", "", name)
+    best: str | None = None
+    for slot in slot_names[1:]:
+        if (name == slot or name.startswith(f"{slot}-")) and (best is None or len(slot) > len(best)):
+            best = slot
+    return best
+
+
+def _slot_of(label: Any, slot_names: Sequence[str]) -> int:
+    if isinstance(label, bool):
+        raise ValueError(f"label {label!r} is not a slot")  # noqa: TRY004
+    if isinstance(label, int):
+        slot = label
+    elif label in ("base", "none"):
+        slot = 0
+    elif label in slot_names:
+        slot = list(slot_names).index(label)
+    else:
+        raise ValueError(f"capability {label!r} is not one of the slots {list(slot_names)}")
+    if not 0 <= slot < len(slot_names):
+        raise ValueError(f"label slot {slot} out of range for {len(slot_names)} slots")
+    return slot
+
+
 def example_from_record(row: Mapping[str, Any], slot_names: Sequence[str],
-                        capability_key: str = "capability") -> GateExample | None:
+                        capability_key: str = "capability",
+                        env_labels: Mapping[str, str] | None = None) -> GateExample | None:
     """A :class:`GateExample` from a JSON record, or ``None`` if it has no token data.
 
     Accepts GateExample-like rows (``input_ids``, ``loss_mask``, ``label`` as slot index or name) and
-    trajectory records (``token_ids``, ``loss_mask``, ``info[capability_key]``). A capability name
-    maps to its slot in ``slot_names`` (``'base'``/``'none'``/missing = slot 0).
+    trajectory records (``token_ids``, ``loss_mask``, ``env_id``). The label is, in order: the row's
+    ``label``, ``info[capability_key]``, ``env_labels[env_id]``, or the capability named by the env id
+    (:func:`capability_from_env_id`). A row whose label cannot be derived raises ``ValueError``: no row
+    is ever routed to ``base`` silently (``'base'`` must be given explicitly).
     """
     ids = row.get("input_ids", row.get("token_ids"))
     mask = row.get("loss_mask")
@@ -72,30 +110,27 @@ def example_from_record(row: Mapping[str, Any], slot_names: Sequence[str],
     label: Any = row.get("label")
     if label is None:
         label = (row.get("info") or {}).get(capability_key)
-    if isinstance(label, bool):
-        raise ValueError(f"label {label!r} is not a slot")  # noqa: TRY004
-    if label is None or label in ("base", "none", ""):
-        slot = 0
-    elif isinstance(label, int):
-        slot = label
-    elif label in slot_names:
-        slot = list(slot_names).index(label)
-    else:
-        raise ValueError(f"capability {label!r} is not one of the slots {list(slot_names)}")
-    if slot >= len(slot_names):
-        raise ValueError(f"label slot {slot} out of range for {len(slot_names)} slots")
+    env_id = row.get("env_id")
+    if label in (None, "") and env_id is not None:
+        label = (env_labels or {}).get(str(env_id)) or capability_from_env_id(str(env_id), slot_names)
+    if label in (None, ""):
+        raise ValueError(
+            f"cannot derive a capability label: no 'label', no info.{capability_key}, and env id {env_id!r} "
+            f"names none of the adapter slots {list(slot_names[1:])}; name the adapters after their "
+            f"capabilities (adapter_names=[...]) or map the env explicitly (env_labels={{'{env_id}': <slot>}})")
     episode = str(row.get("episode_id") or "")
-    return GateExample(list(ids), list(mask), slot, episode)
+    return GateExample(list(ids), list(mask), _slot_of(label, slot_names), episode)
 
 
 def read_examples(path: str | Path, slot_names: Sequence[str], only_successful: bool = True,
-                  capability_key: str = "capability") -> list[GateExample]:
+                  capability_key: str = "capability",
+                  env_labels: Mapping[str, str] | None = None) -> list[GateExample]:
     """Read GateExamples from a JSONL file (see :func:`example_from_record`).
 
     With ``only_successful`` trajectory rows whose ``success`` is false are dropped (the paper trains
-    gates on successful synthetic-env rollouts only).
+    gates on successful synthetic-env rollouts only). The per-slot counts are logged.
     """
-    from trace_train.trajectory import ReadReport, iter_jsonl_numbered
+    from trace_envs.records import ReadReport, iter_jsonl_numbered
 
     report = ReadReport()
     out: list[GateExample] = []
@@ -108,13 +143,18 @@ def read_examples(path: str | Path, slot_names: Sequence[str], only_successful: 
         if only_successful and row.get("success") is False:
             skipped += 1
             continue
-        ex = example_from_record(row, slot_names, capability_key)
+        try:
+            ex = example_from_record(row, slot_names, capability_key, env_labels)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from exc
         if ex is None:
             skipped += 1
             continue
         out.append(ex)
     if skipped:
         logger.info("%s: skipped %d rows (unsuccessful or without token data)", path, skipped)
+    counts = Counter(slot_names[e.label] for e in out)
+    logger.info("%s: %d gate examples per slot %s", path, len(out), dict(sorted(counts.items())))
     return out
 
 

@@ -44,6 +44,7 @@ class RoutingControl:
     def __init__(self) -> None:
         self.forced: int | torch.Tensor | None = None
         self.capture_inputs = False
+        self.disabled_slots: tuple[int, ...] = ()  # slots the gates may not choose (logits -inf)
 
 
 class BlockGate(nn.Module):
@@ -95,6 +96,10 @@ class BlockGate(nn.Module):
             self.last_weights = forced_weights(forced, logits.shape[:-1], self.num_slots, logits.device)
             return
         self.forced_slot = None
+        if control.disabled_slots:
+            logits = logits.clone()
+            logits[..., list(control.disabled_slots)] = float("-inf")
+            self.last_logits = logits
         self.last_weights = topk_weights(logits, self.top_k)
 
     def expanded_coef(self, scales: torch.Tensor, rank: int, dtype: torch.dtype) -> torch.Tensor:

@@ -32,6 +32,8 @@ class RoutingReport:
     load_per_layer: list[list[float]]
     entropy: float
     collapsed: bool
+    slot_accuracy: list[float | None] | None = None  # token accuracy among tokens labelled with each slot
+    slot_tokens: list[int] | None = None  # (token, block) decisions labelled with each slot
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,6 +49,8 @@ def routing_report(composed: ComposedModel, examples: Sequence[GateExample], bat
     n_slots, n_layers = composed.num_slots, composed.num_layers
     layer_counts = torch.zeros(n_layers, n_slots)
     correct = total = 0
+    slot_correct = torch.zeros(n_slots)
+    slot_total = torch.zeros(n_slots)
     entropy_sum = 0.0
     episode_votes: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros(n_slots))
     episode_label: dict[str, int] = {}
@@ -65,6 +69,9 @@ def routing_report(composed: ComposedModel, examples: Sequence[GateExample], bat
             layer_counts[layer] += torch.bincount(sel_top, minlength=n_slots).float()
             lab = b.labels.to(device)[:, None].expand(mask.shape)[mask].cpu()
             correct += int((sel_top == lab).sum())
+            lab_in = lab.clamp(0, n_slots - 1)
+            slot_total += torch.bincount(lab_in, minlength=n_slots).float()
+            slot_correct += torch.bincount(lab_in[sel_top == lab], minlength=n_slots).float()
             total += int(sel_top.numel())
             p = probs[mask]
             entropy_sum += float(-(p * p.clamp_min(1e-12).log()).sum())
@@ -91,4 +98,6 @@ def routing_report(composed: ComposedModel, examples: Sequence[GateExample], bat
         load_per_layer=per_layer,
         entropy=entropy_sum / total,
         collapsed=collapsed,
+        slot_accuracy=[float(c / t) if t else None for c, t in zip(slot_correct.tolist(), slot_total.tolist())],
+        slot_tokens=[int(t) for t in slot_total.tolist()],
     )

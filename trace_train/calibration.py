@@ -18,7 +18,7 @@ from trace_train.rollout.base import group_requests
 
 def model_collector(spec: PolicySpec, batch: int = 64, sample_seed: int = 0) -> Collector:
     """A collector that plays ``spec`` (an hf/composed/openai policy) in batches of ``batch`` episodes."""
-    from trace_train.commands.rollout import run_rollouts
+    from trace_train.rollout.loop import run_rollouts
 
     backend, adapter = build_backend(spec)
 

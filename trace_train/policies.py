@@ -1,8 +1,9 @@
 """Policy specs -> rollout backends: the one place that turns a config's ``policy`` into something that plays.
 
-Kinds: ``oracle`` and ``expert`` (scripted, retail-sim-style annotation required), ``hf`` (a local HF model,
-optionally with a peft adapter directory in ``adapter``), ``composed`` (the base in ``model`` with a saved
-MoE composition directory in ``adapter``) and ``openai`` (OpenAI-compatible servers such as vLLM at
+Kinds: ``oracle`` and ``expert`` (scripted, retail-sim-style annotation required), ``gold`` (τ² gold replay),
+``hf`` (a local HF model, optionally with a peft adapter directory in ``adapter``), ``composed``
+(the base in ``model`` with a saved MoE composition directory in ``adapter``) and
+``openai`` (OpenAI-compatible servers such as vLLM at
 ``base_urls``, serving ``served_model``; ``model`` is the local directory of the served model's tokenizer; an
 ``adapter`` directory is loaded onto the servers; ``server`` holds ``OpenAIRolloutBackend`` options such as
 ``routing``, ``timeout``, ``retries``, ``backoff``, ``max_concurrency``, ``api_key``, ``load_inplace``).
@@ -10,13 +11,16 @@ MoE composition directory in ``adapter``) and ``openai`` (OpenAI-compatible serv
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_envs.config_builder import build
 from trace_train.rollout.base import RolloutBackend, SamplingParams
 
-KINDS = ("oracle", "expert", "hf", "composed", "openai")
+KINDS = ("oracle", "expert", "gold", "hf", "composed", "openai")
+SCRIPTED_KINDS = ("oracle", "expert", "gold")  # play from the env's task annotation, no model
 
 
 @dataclass
@@ -39,13 +43,12 @@ class PolicySpec:
     server: dict[str, Any] = field(default_factory=dict)  # openai: OpenAIRolloutBackend options
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PolicySpec":
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown policy keys {sorted(unknown)}")
-        spec = cls(**data)
+    def from_dict(cls, data: Mapping[str, Any], path: str = "policy") -> "PolicySpec":
+        """Build strictly (an unknown or mistyped key fails with its path, e.g. ``policies.base.temprature``)
+        and check that the kind has what it needs."""
+        spec = build(cls, data, path)
         if spec.kind not in KINDS:
-            raise ValueError(f"unknown policy kind {spec.kind!r}; choose one of {KINDS}")
+            raise ValueError(f"{path}.kind: unknown policy kind {spec.kind!r}; choose one of {KINDS}")
         if spec.kind in ("hf", "composed", "openai") and not spec.model:
             raise ValueError(f"a {spec.kind} policy needs model=<local HF directory or hub name>")
         if spec.kind == "openai" and not spec.base_urls:
@@ -61,8 +64,35 @@ class PolicySpec:
                               max_new_tokens=self.max_new_tokens, greedy=self.greedy)
 
 
+def check_policy_env(spec: PolicySpec, env_id: str, env_kwargs: dict[str, Any] | None = None, seed: int = 0) -> None:
+    """A scripted policy needs the task annotation it reads at reset: ``ValueError`` (one line) when
+    ``env_id``'s reset info lacks it. Model policies are not checked (no env is made)."""
+    if spec.kind not in SCRIPTED_KINDS:
+        return
+    import gymnasium as gym
+
+    if spec.kind == "gold":
+        from trace_envs.tau2.policies import gold_annotation_problem as problem_of
+    else:
+        from trace_envs.retail_sim.experts import task_annotation_problem as problem_of
+    env = gym.make(env_id, **(env_kwargs or {}))
+    try:
+        _, info = env.reset(seed=seed)
+    finally:
+        env.close()
+    problem = problem_of(info)
+    if problem is not None:
+        raise ValueError(f"policy {spec.name} (kind {spec.kind}) cannot play {env_id}: {problem}; "
+                         f"play it with a model policy (policy=hf or policy=openai)")
+
+
 def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
     """The backend that plays ``spec`` and the adapter name to pass to ``rollout``."""
+    if spec.kind == "gold":
+        from trace_envs.tau2.policies import GoldScriptedPolicy
+        from trace_train.rollout.scripted import ScriptedRolloutBackend
+
+        return ScriptedRolloutBackend(lambda seed: GoldScriptedPolicy(name=spec.name)), None
     if spec.kind in ("oracle", "expert"):
         from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert
         from trace_train.rollout.scripted import ScriptedRolloutBackend

@@ -14,8 +14,9 @@ torch.set_num_threads(1)
 
 
 def _cli(*overrides, cwd, capsys):
-    """Run ``trace-rl train``; returns (exit code, stdout)."""
-    code, out, _ = run_cli("train", *overrides, hydra_dir=f"{cwd}/hydra", capsys=capsys)
+    """Run ``trace-rl train``; returns (exit code, stdout + stderr: errors go to stderr)."""
+    code, out, err = run_cli("train", *overrides, hydra_dir=f"{cwd}/hydra", capsys=capsys)
+    out = out + err
     return code, out
 
 
@@ -56,7 +57,7 @@ def test_train_command_runs_and_resumes(tmp_path, capsys):
     [
         (["env=trace/no_such_capability-v0"], "unknown env id 'trace/no_such_capability-v0'"),
         (["env=trace/retail-sim-v0", "grpo.group_size=1"], "group_size must be >= 2"),
-        (["env=trace/retail-sim-v0", "+grpo.lr_typo=1"], "unknown grpo config keys"),
+        (["env=trace/retail-sim-v0", "+grpo.lr_typo=1"], "grpo.lr_typo: unknown key"),
     ],
 )
 def test_train_command_fails_fast(tmp_path, capsys, overrides, message):

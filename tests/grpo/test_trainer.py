@@ -174,7 +174,7 @@ def test_adapter_clash_needs_resume(tmp_path):
     with pytest.raises(ValueError, match="already holds a training run"):
         make_trainer(tmp_path, small_config(iterations=1), adapter="other")
     make_trainer(tmp_path / "fresh", small_config(iterations=1), adapter="other")
-    with pytest.raises(ValueError, match="unknown grpo config keys"):
+    with pytest.raises(ValueError, match=r"grpo\.group_sise: unknown key \(did you mean 'group_size'\?\)"):
         GRPOConfig.from_mapping({"group_sise": 4})
     cfg = GRPOConfig.from_mapping({"group_size": 4, "lora": {"r": 8, "target_modules": ["q_proj"]}})
     assert cfg.lora.r == 8 and cfg.lora.target_modules == ["q_proj"]

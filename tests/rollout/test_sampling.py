@@ -29,3 +29,23 @@ def test_top_p_and_greedy():
     assert 2 not in draws and 3 not in draws
     tok, lp = sample_tokens(logits, SamplingParams(greedy=True), [])
     assert int(tok[0]) == 0 and torch.isclose(lp[0], torch.log_softmax(logits[0], -1)[0])
+
+
+def test_top_p_cuts_the_tail_and_renormalises_the_nucleus():
+    # probs 0.5 / 0.3 / 0.15 / 0.05: the nucleus of top_p=0.8 is tokens {0, 1}; the tail holds 20% of the mass,
+    # so without the cut ~400 of 2000 draws land in it
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+
+    def freq(top_p: float) -> torch.Tensor:
+        gen = make_generator(7)
+        draws = torch.cat([sample_tokens(logits, SamplingParams(top_p=top_p), [gen])[0] for _ in range(2000)])
+        return torch.bincount(draws, minlength=4).float() / 2000
+
+    full, cut = freq(1.0), freq(0.8)
+    assert full[2:].sum() > 0.15  # the untruncated sampler reaches the tail
+    assert cut[2:].sum() == 0  # top-p never samples it
+    assert torch.allclose(cut[:2], torch.tensor([0.625, 0.375]), atol=0.04)  # 0.5 / 0.8 and 0.3 / 0.8
+    # the recorded log-prob is the untruncated one (the trainer's ratio uses the full distribution)
+    tok, lp = sample_tokens(logits, SamplingParams(top_p=0.8), [make_generator(1)])
+    assert torch.isclose(lp[0], probs[0, tok[0]].log(), atol=1e-6)

@@ -14,7 +14,7 @@ import yaml
 import trace_envs  # noqa: F401
 from trace_envs.families import FAMILIES
 from trace_envs.synthesis import (
-    GateConfig,
+    CalibrationGate,
     SynthesisConfig,
     gate_failures,
     group_statistics,
@@ -34,9 +34,9 @@ def cfg():
 
 
 def test_yaml_mirrors_dataclass_defaults(cfg):
-    assert cfg.gate == GateConfig()
+    assert cfg.gate == CalibrationGate()
     assert set(cfg.search.candidates) == set(FAMILIES)
-    with pytest.raises(ValueError, match="unknown synthesis config key"):
+    with pytest.raises(ValueError, match=r"synthesis\.n_seed: unknown key \(did you mean 'n_seeds'\?\)"):
         SynthesisConfig.from_dict({"n_seed": 3})
 
 
@@ -57,9 +57,9 @@ def test_group_statistics_and_gate():
     assert (s.frac_all_success, s.frac_all_zero, s.frac_constant, s.frac_informative) == (0.25, 0.25, 0.75, 0.25)
     assert s.pass_at_k["1"] == pytest.approx(5 / 16) and s.pass_at_k["4"] == pytest.approx(0.5)
     assert "8" not in s.pass_at_k
-    failures = gate_failures(s, GateConfig())
+    failures = gate_failures(s, CalibrationGate())
     assert any("all-success" in f for f in failures) and any("constant" in f for f in failures)
-    assert not gate_failures(s, GateConfig(max_all_success=0.3, max_all_zero=0.3, max_constant=0.8))
+    assert not gate_failures(s, CalibrationGate(max_all_success=0.3, max_all_zero=0.3, max_constant=0.8))
 
 
 @pytest.mark.parametrize("capability", sorted(FAMILIES))
@@ -75,7 +75,7 @@ def test_calibration_with_imperfect_expert_lands_in_gate(cfg, capability):
 
 
 def test_impossible_gate_is_reported_and_not_emitted(cfg, tmp_path):
-    strict = replace(cfg, n_seeds=8, group_size=4, gate=GateConfig(reward_min=0.95, reward_max=1.0))
+    strict = replace(cfg, n_seeds=8, group_size=4, gate=CalibrationGate(reward_min=0.95, reward_max=1.0))
     selected = read_selected(_selected_file(tmp_path, ["tool_calling_precision"]))
     report = synthesize(selected, strict, tmp_path / "gen")
     assert not report.emitted and report.failed[0]["capability"] == "tool_calling_precision"
@@ -127,14 +127,19 @@ def test_emission_round_trip(cfg, tmp_path):
     played = json.loads(out.stdout.strip().splitlines()[-1])
     assert played["reward"] == 1.0 and played["success"]
     assert {k: played["knobs"][k] for k in entry["knobs"]} == entry["knobs"]
-    # removing the module unregisters the env (the manifest entry is skipped with a warning)
-    (gen / entry["module"]).unlink()
+    # a template env is a manifest row (data), not a generated module
+    assert "module" not in entry and not list(gen.glob("*.py")) and entry["family"] == "multi_step_task_completion"
     check = ("import logging, trace_envs, generated_envs, gymnasium as gym, sys\n"
              "generated_envs.load(sys.argv[2])\n"
              "print(sys.argv[1] in gym.registry)\n")
+    # a row naming no known family is skipped with a warning; removing the row unregisters the env
+    (gen / "manifest.json").write_text(json.dumps({"envs": [{**entry, "family": "nope", "capability": "nope"}]}))
     out = _fresh(gen, entry["env_id"], code=check)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
-    assert "missing" in out.stderr
+    assert "unknown family 'nope'" in out.stderr
+    (gen / "manifest.json").write_text(json.dumps({"envs": []}))
+    out = _fresh(gen, entry["env_id"], code=check)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
 
 def test_calibrate_cli(tmp_path):
@@ -157,4 +162,7 @@ def test_synthesize_cli(tmp_path):
     assert "no_such_capability" in out.stdout
     report = json.loads((tmp_path / "synthesis_report.json").read_text())
     assert [e["env_id"] for e in report["emitted"]] == ["trace/tool_calling_precision-retail-sim-v0"]
-    assert (tmp_path / "gen" / "tool_calling_precision_retail_sim.py").is_file()
+    rows = json.loads((tmp_path / "gen" / "manifest.json").read_text())["envs"]
+    assert [(r["env_id"], r["family"]) for r in rows] == [("trace/tool_calling_precision-retail-sim-v0",
+                                                          "tool_calling_precision")]
+    assert not list((tmp_path / "gen").glob("*.py"))

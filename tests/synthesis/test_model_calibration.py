@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import trace_envs  # noqa: F401
-from trace_envs.synthesis import GateConfig, PolicyConfig, SynthesisConfig, calibrate_env, search_knobs, synthesize
+from trace_envs.synthesis import CalibrationGate, PolicyConfig, SynthesisConfig, calibrate_env, search_knobs, synthesize
 from trace_envs.synthesis.emit import SelectedCapability
 from trace_train.calibration import collector_for, model_collector
 from trace_train.policies import PolicySpec
@@ -91,7 +91,7 @@ def test_the_search_can_stop_at_the_first_candidate_that_is_too_hard(cfg):
 
 
 def test_accept_closest_emits_the_closest_setting_and_says_so(cfg, tmp_path):
-    strict = replace(cfg, n_seeds=6, group_size=4, gate=GateConfig(reward_min=0.95, reward_max=1.0),
+    strict = replace(cfg, n_seeds=6, group_size=4, gate=CalibrationGate(reward_min=0.95, reward_max=1.0),
                      accept_closest=True)
     report = synthesize([SelectedCapability("tool_calling_precision")], strict, tmp_path / "gen")
     (entry,) = report.emitted

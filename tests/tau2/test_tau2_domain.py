@@ -6,13 +6,12 @@ import json
 
 import pytest
 
-from tests.tau2.conftest import requires_reference, requires_tau2
+from tests.tau2.conftest import requires_tau2
 from trace_envs.tau2.tasks import reference_dir
 
 pytestmark = [pytest.mark.tau2, requires_tau2]
 
 
-@requires_reference
 def test_domain_replay_matches_gold_hashes_and_worlds_are_independent():
     from trace_envs.tau2.domain import Tau2Domain
 

@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 import trace_envs  # noqa: F401
 from tests.analysis.llm_server import FakeLLMServer
-from tests.tau2.conftest import requires_reference, requires_tau2
+from tests.tau2.conftest import requires_tau2
 from trace_envs.core.parsing import format_tool_call
 from trace_envs.tau2.policies import GoldReplayPolicy, run_episode, to_record
 from trace_train.trajectory import read_trajectories, write_trajectories
@@ -162,7 +162,6 @@ def test_records_feed_trace_rl_analyze(tmp_path):
     assert rec.termination == "max_steps" and rec.episode_id == "trace/tau2-retail-v0|9|5|p"
 
 
-@requires_reference
 def test_nl_assertions_use_the_configured_judge_endpoint():
     """Retail HEAD tasks gate on NL_ASSERTION: with a judge endpoint, tau2's own NL evaluator asks it."""
     verdict = {"met": True}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.tau2.conftest import requires_reference, requires_tau2
+from tests.tau2.conftest import requires_tau2
 from tests.tau2.tau2_sweep import sweep
 from trace_envs.tau2.tasks import load_task_set, reference_dir
 
@@ -29,7 +29,6 @@ def test_gold_replay_bundled_tasks_all_score_one(domain):
     assert all(o.termination == "user_stop" or o.termination == "transfer" for o in out.values())
 
 
-@requires_reference
 @pytest.mark.parametrize("domain", ["airline", "retail"])
 def test_gold_replay_head_tasks_score_one_and_match_gold_hashes(domain):
     expected = fixture_hashes()[domain]
@@ -47,7 +46,6 @@ def test_gold_replay_head_tasks_score_one_and_match_gold_hashes(domain):
     assert (len(nl_tasks) == 112) if domain == "retail" else not nl_tasks
 
 
-@requires_reference
 @pytest.mark.parametrize("domain", ["airline", "retail"])
 def test_do_nothing_scores_zero_exactly_where_gold_changes_db_or_must_communicate(domain):
     expected = fixture_hashes()[domain]

@@ -14,9 +14,9 @@ from tests.tau2.conftest import requires_tau2
 pytestmark = [pytest.mark.tau2, requires_tau2]
 
 
-def _reset(srv: FakeLLMServer, timeout_s: float = 1.0):
+def _reset(srv: FakeLLMServer, timeout_s: float = 1.0, retries: int = 0):
     env = gym.make("trace/tau2-retail-llm-v0",
-                   user_config={"base_url": srv.base_url, "model": "u", "timeout_s": timeout_s})
+                   user_config={"base_url": srv.base_url, "model": "u", "timeout_s": timeout_s, "retries": retries})
     return env.reset(seed=0, options={"task_id": "3"})
 
 
@@ -39,8 +39,24 @@ def test_hanging_user_endpoint_times_out_and_http_errors_are_named():
             _reset(srv)
     assert srv.base_url in str(err.value)
     with FakeLLMServer(lambda body, n: (200, "<html>not json")) as srv:
-        with pytest.raises(RuntimeError, match="returned no JSON"):
+        with pytest.raises(RuntimeError, match="bad response .*JSONDecodeError"):
             _reset(srv)
+
+
+def test_user_endpoint_errors_are_retried_by_the_shared_client():
+    # the τ² user goes through trace_envs.llm_http.JSONHTTPClient: a 503 and a body without a message are
+    # retried, and the third answer is used
+    replies = [(503, "busy"), (200, '{"choices": []}')]
+
+    def answer(body, n):
+        return replies[n] if n < len(replies) else "I want to cancel my order."
+
+    with FakeLLMServer(answer) as srv:
+        env = gym.make("trace/tau2-retail-llm-v0", user_config={
+            "base_url": srv.base_url, "model": "u", "timeout_s": 5, "retries": 2})
+        obs, _ = env.reset(seed=0, options={"task_id": "3"})
+    assert len(srv.requests) == 3
+    assert obs[1] == {"role": "user", "content": "I want to cancel my order."}
 
 
 def test_a_slow_but_timely_user_answer_is_read_whole():

@@ -14,7 +14,8 @@ _ROLES = ("user", "tool", "system", "assistant")
 
 
 class MessageText(Space[str]):
-    """Any Python string up to ``max_length`` characters (the assistant's raw output)."""
+    """Any Python string up to ``max_length`` characters (the assistant's raw output); in shared memory a
+    slot of ``4 * max_length`` UTF-8 bytes."""
 
     def __init__(self, max_length: int = 100_000, seed: int | np.random.Generator | None = None):
         self.max_length = max_length
@@ -40,10 +41,17 @@ class MessageText(Space[str]):
 
 
 class MessageList(Space[list]):
-    """A list of chat messages (OpenAI dicts with a ``role`` and a string ``content``)."""
+    """A list of chat messages (OpenAI dicts with a ``role`` and a string ``content``).
 
-    def __init__(self, roles: Sequence[str] = _ROLES, seed: int | np.random.Generator | None = None):
+    Batching: a vector env batches these spaces as a ``Tuple``; ``AsyncVectorEnv``'s shared memory holds
+    each env's observation as JSON in a slot of ``max_bytes`` (see ``trace_envs.core.space_memory``)."""
+
+    def __init__(self, roles: Sequence[str] = _ROLES, seed: int | np.random.Generator | None = None,
+                 max_bytes: int = 1 << 20):
         self.roles = tuple(roles)
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self.max_bytes = max_bytes  # shared-memory slot size of one observation (JSON, UTF-8)
         super().__init__(shape=None, dtype=None, seed=seed)
 
     @property

@@ -230,4 +230,5 @@ class ToolUseEnv(gym.Env, ABC):
             info.update(reward=score.reward, success=score.success, reward_breakdown=score.breakdown)
         else:
             info.update(reward=0.0, success=False, reward_breakdown={})
+        info["transcript"] = list(self._transcript)  # TerminalInfo: the episode's messages travel in info
         return info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from trace_envs.domains.base import GUARD_CASES, Domain, Request
@@ -32,5 +33,27 @@ def _retail_sim() -> Domain:
 
 
 register_domain("retail-sim", _retail_sim)
+
+
+@functools.lru_cache(maxsize=None)
+def _tau2_domain(name: str) -> Domain:
+    """One shared (stateless) instance per τ² domain: building it reads tau2's DB and policy."""
+    from trace_envs.tau2.runtime import Tau2NotInstalled, tau2_available
+
+    if not tau2_available():
+        from trace_envs.tau2.runtime import INSTALL_HINT
+
+        raise Tau2NotInstalled(INSTALL_HINT)
+    if name == "tau2-airline":
+        from trace_envs.domains.tau2_airline import Tau2AirlineDomain
+
+        return Tau2AirlineDomain()
+    from trace_envs.domains.tau2_retail import Tau2RetailDomain
+
+    return Tau2RetailDomain()
+
+
+register_domain("tau2-airline", lambda: _tau2_domain("tau2-airline"))
+register_domain("tau2-retail", lambda: _tau2_domain("tau2-retail"))
 
 __all__ = ["Domain", "GUARD_CASES", "Request", "get_domain", "known_domains", "register_domain"]

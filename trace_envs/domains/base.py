@@ -17,6 +17,7 @@ import numpy as np
 
 from trace_envs.core.tool_env import UserReply
 from trace_envs.core.tools import ToolBox
+from trace_envs.episode import ScriptedPolicy
 
 # Why a guarded request must be refused ("allow" = it must be carried out).
 GUARD_CASES = ("allow", "ownership", "status", "policy")
@@ -45,14 +46,6 @@ class ScriptedUserLike(Protocol):
     def opening(self) -> str: ...
 
     def reply(self, assistant_text: str) -> UserReply: ...
-
-
-class Policy(Protocol):
-    """What a calibration/rollout policy looks like (the scripted experts and model backends)."""
-
-    def reset(self, observation: list[dict[str, Any]], info: dict[str, Any], seed: int | None = None) -> None: ...
-
-    def act(self, observation: list[dict[str, Any]]) -> str: ...
 
 
 class Domain(ABC):
@@ -136,5 +129,5 @@ class Domain(ABC):
         """The task annotation (``info['task']``) the domain's scripted experts follow."""
 
     @abstractmethod
-    def scripted_policy(self, knobs: dict[str, float], seed: int = 0) -> Policy:
+    def scripted_policy(self, knobs: dict[str, float], seed: int = 0) -> ScriptedPolicy:
         """The domain's scripted expert with capability knobs (all 0 = oracle)."""

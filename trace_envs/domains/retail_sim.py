@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from trace_envs.core.tools import ToolBox
+from trace_envs.core.tree_copy import copy_tree
 from trace_envs.domains.base import Domain, Request
 from trace_envs.retail_sim.experts import ExpertKnobs, ScriptedExpert
 from trace_envs.retail_sim.policy import POLICY
@@ -64,6 +65,10 @@ class RetailSimDomain(Domain):
 
     def replay(self, db: dict[str, Any], actions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         return replay(db, actions)
+
+    def snapshot(self, db: dict[str, Any]) -> dict[str, Any]:
+        """A deep copy of ``db`` (``copy_tree``: same result as ``copy.deepcopy``, several times faster)."""
+        return copy_tree(db)
 
     def db_hash(self, db: dict[str, Any]) -> str:
         return db_hash(db)

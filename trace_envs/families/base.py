@@ -23,8 +23,10 @@ import numpy as np
 
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.domains import Domain, Request, get_domain
+from trace_envs.domains.errors import DrawFailed
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 
+MAX_DRAWS = 200
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
 _REFUSAL = re.compile(
     r"\b(cannot|can't|can ?not|unable|not able|won't be able|refuse|refusing|not allowed|not permitted|"
@@ -73,7 +75,8 @@ class FamilyEpisode(Episode):
         self.task = task
         self.requests = task.requests
         self.db = self.domain.world_db(world)
-        self.initial_db = copy.deepcopy(self.db)
+        snapshot = getattr(self.domain, "snapshot", None)  # optional domain hook (τ²: copies touched records)
+        self.initial_db = snapshot(self.db) if snapshot else copy.deepcopy(self.db)
         self.tools = self.domain.build_tools(self.db)
         self.system_prompt = self.domain.policy
         self.user = self.domain.make_user(world, self.requests)
@@ -107,6 +110,9 @@ class FamilyEpisode(Episode):
             self.write_calls.append({"name": name, "arguments": arguments, "error": error})
 
     def db_matches_gold(self) -> bool:
+        same_state = getattr(self.domain, "same_state", None)  # optional hook: equal hashes, cheaper
+        if same_state is not None:
+            return bool(same_state(self.db, self.gold_db))
         return self.domain.db_hash(self.db) == self.domain.db_hash(self.gold_db)
 
     def score(self, transcript: list[dict[str, Any]], termination: str) -> Score:
@@ -143,8 +149,16 @@ class FamilyEnv(ToolUseEnv):
 
     def _new_episode(self, options: dict[str, Any] | None) -> FamilyEpisode:
         rng = self.np_random
-        world = self.domain.new_world(rng)
-        episode = FamilyEpisode(self, world, self.build_task(world, rng, options))
+        for _ in range(MAX_DRAWS):  # a world that cannot host the task is redrawn from the same rng
+            world = self.domain.new_world(rng)
+            try:
+                task = self.build_task(world, rng, options)
+                break
+            except DrawFailed:
+                continue
+        else:
+            raise RuntimeError(f"{self.domain_name}: no world hosts a {self.capability} task in {MAX_DRAWS} draws")
+        episode = FamilyEpisode(self, world, task)
         self.prepare(episode, rng)
         self._hinted = hint_requested(options)
         if self._hinted:

@@ -17,6 +17,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from trace_envs.domains import get_domain
+from trace_envs.episode import play_scripted
 from trace_envs.retail_sim.experts import CAPABILITY_TO_KNOB
 
 KNOBS = ("precondition", "structured", "multi_step", "precision")
@@ -60,10 +61,7 @@ class FamilyExpert:
 
 
 def play(env: Any, policy: Any, seed: int) -> tuple[float, dict[str, Any]]:
-    """One episode of ``policy`` on ``env``; returns (reward, final info incl. ``task``)."""
-    obs, info = env.reset(seed=seed)
-    policy.reset(obs, info, seed=seed)
-    while True:
-        obs, reward, terminated, truncated, step_info = env.step(policy.act(obs))
-        if terminated or truncated:
-            return float(reward), {**step_info, "task": info["task"]}
+    """One episode of ``policy`` on ``env`` (:func:`trace_envs.episode.play_scripted`); returns
+    (reward, final info incl. ``task``)."""
+    result = play_scripted(env, policy, seed)
+    return result.reward, {**result.info, "task": result.reset_info["task"]}

@@ -12,11 +12,11 @@ none gets no hint (``info['hint']`` is ``None``). Evaluation never asks for hint
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from typing import Any
 
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
+from trace_envs.core.tree_copy import copy_tree
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 from trace_envs.retail_sim.policy import POLICY
 from trace_envs.retail_sim.scenario import Scenario, generate_scenario
@@ -88,7 +88,7 @@ def hint_capability(scenario: Scenario) -> str | None:
 class RetailSimEpisode(Episode):
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
-        self.initial_db = copy.deepcopy(scenario.db)
+        self.initial_db = copy_tree(scenario.db)
         self.db = scenario.db
         self.tools = build_toolbox(self.db)
         self.system_prompt = POLICY

@@ -26,6 +26,7 @@ import numpy as np
 
 from trace_envs.core.parsing import format_tool_call
 from trace_envs.core.tool_env import STOP_TOKEN
+from trace_envs.episode import play_scripted
 
 Action = str
 Observation = list[dict[str, Any]]
@@ -51,6 +52,20 @@ KNOB_TO_CAPABILITY = {
     "precision": "tool_calling_precision",
 }
 CAPABILITY_TO_KNOB = {v: k for k, v in KNOB_TO_CAPABILITY.items()}
+
+
+TASK_KEYS = ("identity", "identify_by", "intents")
+
+
+def task_annotation_problem(info: dict[str, Any]) -> str | None:
+    """Why the scripted experts cannot play an env whose reset info is ``info`` (None: they can)."""
+    task = info.get("task")
+    if not isinstance(task, dict):
+        return "its reset info has no 'task' annotation"
+    missing = [k for k in TASK_KEYS if k not in task]
+    if missing:
+        return f"its reset info['task'] lacks {missing} (the retail-sim task annotation the scripted experts read)"
+    return None
 
 
 def _last_tool_output(obs: Observation) -> str:
@@ -81,6 +96,9 @@ class ScriptedExpert:
         self._active = self.knobs  # this episode's knobs (a followed hint lowers one)
 
     def reset(self, observation: Observation, info: dict[str, Any], seed: int | None = None) -> None:
+        problem = task_annotation_problem(info)
+        if problem is not None:
+            raise ValueError(f"the scripted {self.name} cannot play this env: {problem}")
         rng = np.random.default_rng([self.seed, 0 if seed is None else seed])
         self._active = self.knobs
         hinted = CAPABILITY_TO_KNOB.get(info.get("hint_capability") or "") if info.get("hint") else None
@@ -197,10 +215,7 @@ class ScriptedExpert:
 
 
 def run_episode(env: Any, policy: ScriptedExpert, seed: int) -> tuple[float, dict[str, Any], list[dict[str, Any]]]:
-    """Play one episode of a scripted policy; returns (reward, final info, transcript)."""
-    obs, info = env.reset(seed=seed)
-    policy.reset(obs, info, seed=seed)
-    while True:
-        obs, reward, terminated, truncated, step_info = env.step(policy.act(obs))
-        if terminated or truncated:
-            return reward, {**step_info, "task": info["task"]}, env.unwrapped.transcript
+    """Play one episode of a scripted policy (:func:`trace_envs.episode.play_scripted`); returns
+    (reward, final info incl. ``task``, transcript)."""
+    result = play_scripted(env, policy, seed)
+    return result.reward, {**result.info, "task": result.reset_info["task"]}, result.transcript

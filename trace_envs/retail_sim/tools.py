@@ -8,13 +8,13 @@ here, exactly as in τ²; status rules that τ²'s tools enforce are enforced.
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 import json
 import operator
 from typing import Any
 
 from trace_envs.core.tools import STR, STR_LIST, ToolBox, ToolError, ToolSpec, params
+from trace_envs.core.tree_copy import copy_tree
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
@@ -315,7 +315,7 @@ def build_toolbox(db: dict[str, Any]) -> ToolBox:
 
 def replay(db: dict[str, Any], actions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Apply gold actions to a copy of ``db`` (errors ignored, as τ² does) and return the copy."""
-    db = copy.deepcopy(db)
+    db = copy_tree(db)
     box = build_toolbox(db)
     for name, args in actions:
         box.call(name, args)

@@ -14,11 +14,11 @@ from trace_envs.synthesis.calibrate import (
     scripted_policy_factory,
     search_knobs,
 )
-from trace_envs.synthesis.config import GateConfig, PolicyConfig, SearchConfig, SynthesisConfig
+from trace_envs.synthesis.config import CalibrationGate, PolicyConfig, SearchConfig, SynthesisConfig
 from trace_envs.synthesis.emit import SelectedCapability, SynthesisReport, emit, read_selected, synthesize
 
 __all__ = [
-    "CalibrationStats", "Collector", "GateConfig", "PolicyConfig", "SearchConfig", "SearchResult",
+    "CalibrationStats", "Collector", "CalibrationGate", "PolicyConfig", "SearchConfig", "SearchResult",
     "SelectedCapability", "SynthesisConfig", "SynthesisReport", "Trial", "calibrate_env", "emit", "expert_collector",
     "gate_failures", "group_statistics", "pass_at_k", "read_selected", "scripted_collector",
     "scripted_policy_factory", "search_knobs", "synthesize",

@@ -25,14 +25,14 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from trace_envs.domains.base import Policy
+from trace_envs.episode import ScriptedPolicy, play_scripted
 from trace_envs.families import FAMILIES, FamilyExpert
-from trace_envs.synthesis.config import GateConfig, SynthesisConfig
+from trace_envs.synthesis.config import CalibrationGate, SynthesisConfig
 
 logger = logging.getLogger(__name__)
 
 
-PolicyFactory = Callable[[int], Policy]
+PolicyFactory = Callable[[int], ScriptedPolicy]
 # (env id, env kwargs, seeds, group size[, hinted=member indices]) -> (rewards, successes), each S x G.
 # ``hinted`` is passed only when some members play with the hint.
 Collector = Callable[..., tuple[np.ndarray, np.ndarray]]
@@ -94,7 +94,7 @@ def group_statistics(rewards: np.ndarray, successes: np.ndarray, pass_k: tuple[i
     )
 
 
-def gate_failures(stats: CalibrationStats, gate: GateConfig) -> list[str]:
+def gate_failures(stats: CalibrationStats, gate: CalibrationGate) -> list[str]:
     """Human-readable reasons the gate rejects ``stats`` (empty = passes)."""
     out = []
     if not gate.reward_min <= stats.mean_reward <= gate.reward_max:
@@ -112,7 +112,7 @@ def gate_failures(stats: CalibrationStats, gate: GateConfig) -> list[str]:
     return out
 
 
-def gate_distance(stats: CalibrationStats, gate: GateConfig) -> float:
+def gate_distance(stats: CalibrationStats, gate: CalibrationGate) -> float:
     """Total violation of the gate (0 = passes); ranks the closest failing trial."""
     def outside(x: float, lo: float, hi: float) -> float:
         return max(0.0, lo - x, x - hi)
@@ -145,15 +145,10 @@ def collect(env: gym.Env, policy_factory: PolicyFactory, seeds: list[int], group
     successes = np.zeros((len(seeds), group_size), dtype=bool)
     for i, seed in enumerate(seeds):
         for member in range(group_size):
-            policy = policy_factory(member)
-            obs, info = env.reset(seed=int(seed), options={"hint": True} if member in hinted else None)
-            policy.reset(obs, info, seed=int(seed))
-            while True:
-                obs, reward, terminated, truncated, step_info = env.step(policy.act(obs))
-                if terminated or truncated:
-                    break
-            rewards[i, member] = float(reward)
-            successes[i, member] = bool(step_info.get("success", False))
+            result = play_scripted(env, policy_factory(member), int(seed),
+                                   options={"hint": True} if member in hinted else None)
+            rewards[i, member] = result.reward
+            successes[i, member] = result.success
     return rewards, successes
 
 
@@ -212,7 +207,7 @@ class Trial:
                 "unhinted_failures": self.unhinted_failures, "needs_hints": self.needs_hints}
 
 
-def make_trial(knobs: dict[str, Any], stats: CalibrationStats, gate: GateConfig) -> Trial:
+def make_trial(knobs: dict[str, Any], stats: CalibrationStats, gate: CalibrationGate) -> Trial:
     """Judge ``stats`` (all members) against the gate, and its unhinted members alone when hinted."""
     unhinted = None
     if stats.hinted is not None:
@@ -231,7 +226,7 @@ class SearchResult:
     def passed(self) -> bool:
         return self.chosen is not None
 
-    def closest(self, gate: GateConfig) -> Trial:
+    def closest(self, gate: CalibrationGate) -> Trial:
         return min(self.trials, key=lambda t: gate_distance(t.stats, gate))
 
     def to_dict(self) -> dict[str, Any]:
@@ -283,5 +278,5 @@ def _hint_note(stats: CalibrationStats, trial: Trial) -> str:
             f"{'; passes only with hints' if trial.needs_hints else ''})")
 
 
-def too_hard(stats: CalibrationStats, gate: GateConfig) -> bool:
+def too_hard(stats: CalibrationStats, gate: CalibrationGate) -> bool:
     return stats.success_rate < gate.success_min and stats.mean_reward < gate.reward_min

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from trace_envs.config_builder import build
+from trace_envs.synthesis.llm.config import GENERATORS, LLMGeneratorConfig
 
 
 @dataclass(frozen=True)
-class GateConfig:
+class CalibrationGate:
     """Acceptance gate of a calibrated env (paper §3.4 defaults)."""
 
     reward_min: float = 0.2
@@ -61,34 +65,23 @@ class SynthesisConfig:
     group_size: int = 8
     seed_offset: int = 0
     pass_k: tuple[int, ...] = (1, 4, 8, 16)
-    gate: GateConfig = field(default_factory=GateConfig)
+    gate: CalibrationGate = field(default_factory=CalibrationGate)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     accept_closest: bool = False  # emit a capability at its closest setting when no candidate passes the gate
     hint_fraction: float = 0.0  # share of each calibration group played with the env's hint (paper §3.5)
+    generator: str = "template"  # template: families only | llm: the LLM env generator too (synthesis.llm)
+    llm: LLMGeneratorConfig = field(default_factory=LLMGeneratorConfig)
 
     def __post_init__(self) -> None:
         if self.n_seeds < 1 or self.group_size < 1:
             raise ValueError("n_seeds and group_size must be >= 1")
         if not 0.0 <= self.hint_fraction <= 1.0:
             raise ValueError(f"synthesis.hint_fraction must be in [0, 1], got {self.hint_fraction}")
+        if self.generator not in GENERATORS:
+            raise ValueError(f"synthesis.generator must be one of {GENERATORS}, got {self.generator!r}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SynthesisConfig":
-        """Build from a plain dict (e.g. ``OmegaConf.to_container(cfg.synthesis)``); unknown keys raise."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown synthesis config key(s) {sorted(unknown)}; known: {sorted(known)}")
-        kwargs = dict(data)
-        if "gate" in kwargs:
-            kwargs["gate"] = GateConfig(**kwargs["gate"])
-        if "policy" in kwargs:
-            kwargs["policy"] = PolicyConfig(**kwargs["policy"])
-        if "search" in kwargs:
-            search = dict(kwargs["search"])
-            search["candidates"] = {k: [dict(c) for c in v] for k, v in (search.get("candidates") or {}).items()}
-            kwargs["search"] = SearchConfig(**search)
-        if "pass_k" in kwargs:
-            kwargs["pass_k"] = tuple(int(k) for k in kwargs["pass_k"])
-        return cls(**kwargs)
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "synthesis") -> "SynthesisConfig":
+        """Build from the ``synthesis`` group (a mapping or DictConfig); unknown or mistyped keys fail with a path."""
+        return build(cls, data, path)

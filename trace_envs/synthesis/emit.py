@@ -1,10 +1,12 @@
-"""Emission of calibrated family envs into ``generated_envs/`` and the ``trace-rl synthesize`` flow.
+"""Emission of calibrated family envs as manifest rows, and the ``trace-rl synthesize`` flow.
 
 For each selected capability with a family: search the difficulty knobs until the calibration gate
-passes, then write ``<dir>/<capability>_<domain>.py`` (registers ``trace/<capability>-<domain>-v0``
-with the calibrated knobs) and its manifest entry, both atomically. A capability without a family is
-reported (it needs the LLM-driven env generator) and the others proceed; a capability whose gate
-cannot be met is reported with the closest statistics and is not emitted (unless ``accept_closest``).
+passes, then add the row ``{env_id, family, capability, domain, knobs, calibration, ...}`` to
+``<dir>/manifest.json`` (atomically); ``generated_envs.load(<dir>)`` turns rows into Gymnasium registrations of
+``trace/<capability>-<domain>-v0`` with the calibrated knobs. A template env is data, not a generated module; only
+LLM-written env modules (validated first) are code. A capability without a family is reported (it needs the
+LLM-driven env generator) and the others proceed; a capability whose gate cannot be met is reported with the
+closest statistics and is not emitted (unless ``accept_closest``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ ENV_ID = register_env({name!r}, {entry_point!r}, **KWARGS)
 
 def render_module(capability: str, domain: str, knobs: dict[str, Any], trial: Trial, description: str,
                   source: str) -> str:
+    """A standalone Python module registering the env (for export; ``emit`` writes a manifest row instead)."""
     stats = trial.stats
     return _TEMPLATE.format(
         capability=capability, domain=domain, description=description or "(no description)",
@@ -104,35 +107,41 @@ def render_module(capability: str, domain: str, knobs: dict[str, Any], trial: Tr
         name=env_name(capability, domain))
 
 
+def write_manifest_entry(out_dir: str | os.PathLike, entry: dict[str, Any]) -> dict[str, Any]:
+    """Add (or replace, by ``env_id``) one row of ``<out_dir>/manifest.json`` atomically, then (re-)register it in
+    this process so new knobs take effect without a restart; returns the row."""
+    out = Path(out_dir)
+    if not entry.get("env_id"):
+        raise ValueError(f"a manifest row needs an env_id, got {entry!r}")
+    manifest_path = out / MANIFEST
+    doc = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {"envs": []}
+    doc["envs"] = [e for e in doc.get("envs", []) if e.get("env_id") != entry["env_id"]] + [entry]
+    atomic_write_text(manifest_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    import generated_envs
+
+    unregister_env(entry["env_id"])
+    if entry.get("module"):
+        sys.modules.pop(f"generated_envs.{Path(str(entry['module'])).stem}", None)
+    if generated_envs.register_row(entry, out) is None:
+        raise ValueError(f"manifest row for {entry['env_id']} in {manifest_path} could not be registered (see log)")
+    return entry
+
+
 def emit(capability: str, result: SearchResult, out_dir: str | os.PathLike, description: str = "",
          source: str = "", trial: Trial | None = None) -> dict[str, Any]:
-    """Write the module and its manifest entry (atomically); returns the entry.
+    """Write the capability's manifest row (atomically) and register it; returns the row.
 
     ``trial`` overrides the passing trial (``accept_closest``: the gate never passed)."""
     chosen = trial or result.chosen
     if chosen is None:
         raise ValueError(f"{capability}: calibration did not pass; refusing to emit")
-    out = Path(out_dir)
-    knobs = dict(chosen.knobs)
-    module = module_filename(capability, result.domain)
-    atomic_write_text(out / module, render_module(capability, result.domain, knobs, chosen, description, source))
     entry = {
-        "env_id": env_id(capability, result.domain), "capability": capability, "domain": result.domain,
-        "module": module, "entry_point": FAMILIES[capability], "knobs": knobs,
-        "calibration": chosen.stats.to_dict(), "passed_gate": chosen.passed, "needs_hints": chosen.needs_hints,
-        "search_trials": len(result.trials), "source_run": source,
+        "env_id": env_id(capability, result.domain), "family": capability, "capability": capability,
+        "domain": result.domain, "entry_point": FAMILIES[capability], "knobs": dict(chosen.knobs),
+        "description": description, "calibration": chosen.stats.to_dict(), "passed_gate": chosen.passed,
+        "needs_hints": chosen.needs_hints, "search_trials": len(result.trials), "source_run": source,
     }
-    manifest_path = out / MANIFEST
-    doc = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {"envs": []}
-    doc["envs"] = [e for e in doc.get("envs", []) if e.get("env_id") != entry["env_id"]] + [entry]
-    atomic_write_text(manifest_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    # Re-register in this process so the new knobs take effect without a restart.
-    unregister_env(entry["env_id"])
-    sys.modules.pop(f"generated_envs.{Path(module).stem}", None)
-    import generated_envs
-
-    generated_envs.load(out)
-    return entry
+    return write_manifest_entry(out_dir, entry)
 
 
 @dataclass

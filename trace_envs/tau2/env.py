@@ -131,7 +131,8 @@ class Tau2Env(ToolUseEnv):
         self.task_pool = self.task_set.ids(split, task_ids)
         self.split = split
         self.user_kind = user
-        self.user_config = user_config
+        # built (strictly) at construction, so a mistyped key fails when the env is made, not at the first reset
+        self.user_config = UserConfig.from_any(user_config) if user_config is not None else None
         self.judge = JudgeConfig.from_any(judge)
         self.record_db_hash = record_db_hash
         self._seed: int | None = None

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from trace_envs.config_builder import build
 from trace_envs.core.tool_env import Score
 from trace_envs.tau2.runtime import evaluation_domain
 from trace_envs.tau2.users import TRANSFER
@@ -37,10 +38,10 @@ class JudgeConfig:
     temperature: float = 0.0
 
     @classmethod
-    def from_any(cls, value: "JudgeConfig | dict[str, Any] | None") -> "JudgeConfig | None":
-        if value is None or isinstance(value, cls):
-            return value
-        return cls(**{k: v for k, v in dict(value).items() if k in cls.__dataclass_fields__})
+    def from_any(cls, value: "JudgeConfig | dict[str, Any] | None", path: str = "judge") -> "JudgeConfig | None":
+        """``None`` (no judge), ``value`` itself, or a mapping built strictly (an unknown or mistyped key, or a
+        missing ``base_url``/``model``, is a :class:`~trace_envs.config_builder.ConfigError` naming it)."""
+        return None if value is None else build(cls, value, path)
 
 
 def to_tau2_messages(transcript: list[dict[str, Any]], transferred: bool = False) -> list[Any]:

@@ -10,13 +10,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from trace_envs.core.parsing import format_tool_call
 from trace_envs.core.tool_env import TRANSFER_TOOL
-from trace_train.trajectory import TrajectoryRecord
-
-Policy = Callable[[list[dict[str, Any]]], str]
+from trace_envs.episode import play_scripted
+from trace_envs.records import TrajectoryRecord
 
 
 def gold_turns(task: Any, tool_names: set[str]) -> list[str]:
@@ -57,6 +56,45 @@ class GoldReplayPolicy:
         return turn
 
 
+def gold_annotation_problem(info: dict[str, Any]) -> str | None:
+    """Why gold replay cannot play an env whose reset info is ``info`` (None: it can)."""
+    task = info.get("task")
+    if not isinstance(task, dict) or task.get("benchmark") != "tau2":
+        return "gold replay needs a τ² task (reset info['task']['benchmark'] == 'tau2'); use a trace/tau2-* env"
+    missing = [k for k in ("domain", "task_id", "task_source") if k not in task]
+    return f"its reset info['task'] lacks {missing}" if missing else None
+
+
+def _tool_name(schema: dict[str, Any]) -> str:
+    return str((schema.get("function") or schema).get("name", ""))
+
+
+class GoldScriptedPolicy:
+    """``policy=gold``: gold replay as a scripted policy (``reset(obs, info, seed)`` / ``act(obs)``).
+
+    The task is looked up from the reset info (domain, task source, task id), so it plays through
+    ``ScriptedRolloutBackend`` like the retail-sim experts."""
+
+    def __init__(self, name: str = "gold"):
+        self.name = name
+        self._replay: GoldReplayPolicy | None = None
+
+    def reset(self, observation: list[dict[str, Any]], info: dict[str, Any], seed: int | None = None) -> None:
+        from trace_envs.tau2.tasks import load_task_set
+
+        problem = gold_annotation_problem(info)
+        if problem is not None:
+            raise ValueError(f"policy gold cannot play this env: {problem}")
+        task_info = info["task"]
+        task = load_task_set(task_info["domain"], task_info["task_source"]).tasks[str(task_info["task_id"])]
+        self._replay = GoldReplayPolicy(gold_turns(task, {_tool_name(t) for t in info.get("tools") or []}))
+
+    def act(self, observation: list[dict[str, Any]]) -> str:
+        if self._replay is None:
+            raise RuntimeError("call reset() first")
+        return self._replay(observation)
+
+
 class DoNothingPolicy:
     def __call__(self, observation: list[dict[str, Any]]) -> str:
         return "I am sorry, but I cannot help with that request."
@@ -79,16 +117,13 @@ def to_record(env_id: str, seed: int, transcript: list[dict[str, Any]], final_in
 
 def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None = None,
                 env_id: str = "trace/tau2", policy_name: str | None = None) -> TrajectoryRecord:
-    """Play one episode; ``policy`` is a callable(obs) -> action text, or ``"gold"`` / ``"noop"``."""
-    obs, reset_info = env.reset(seed=seed, options=options)
+    """Play one episode (:func:`trace_envs.episode.play_scripted`) as a record; ``policy`` is a scripted
+    policy (``reset``/``act``), a callable(obs) -> action text, or ``"gold"`` / ``"noop"``."""
     if policy == "gold":
-        policy, policy_name = GoldReplayPolicy.for_env(env), policy_name or "gold"
+        policy, policy_name = GoldScriptedPolicy(), policy_name or "gold"
     elif policy == "noop":
         policy, policy_name = DoNothingPolicy(), policy_name or "noop"
-    info: dict[str, Any] = {}
-    done = False
-    while not done:
-        obs, _, terminated, truncated, info = env.step(policy(obs))
-        done = terminated or truncated
-    info = {**info, "tau2_task": reset_info.get("task", {})}
-    return to_record(env_id, seed, env.unwrapped.transcript, info, policy_name or type(policy).__name__)
+    name = policy_name or getattr(policy, "name", None) or type(policy).__name__
+    result = play_scripted(env, policy, seed, options=options)
+    info = {**result.info, "tau2_task": result.reset_info.get("task", {})}
+    return to_record(env_id, seed, result.transcript, info, name)

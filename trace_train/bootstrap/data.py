@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trace_envs.records import TrajectoryRecord
 from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary, entity_id_types, split_seeds
 from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
@@ -15,7 +16,6 @@ from trace_train.model import ChatRenderer, build_tokenizer, render_chat
 from trace_train.model.chat_template import chat_template
 from trace_train.rollout.base import EpisodeRequest
 from trace_train.rollout.scripted import ScriptedRolloutBackend
-from trace_train.trajectory import TrajectoryRecord
 
 # Train-split seeds are partitioned: the tokenizer corpus, then the BC stream (probe uses test seeds).
 TOKENIZER_SEED_OFFSET = 0

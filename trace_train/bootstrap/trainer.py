@@ -24,13 +24,13 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoTokenizer
 
+from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.decisions import DecisionHead, decision_index
 from trace_train.bootstrap.probe import teacher_forced_probe
 from trace_train.model import ChatRenderer, build_model, save_policy
 from trace_train.model.chat_template import chat_template
-from trace_train.trajectory import append_jsonl, drop_rows_from, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

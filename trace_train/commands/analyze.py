@@ -18,23 +18,43 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 import trace_train.paths
+from trace_envs.records import ReadReport, read_trajectories
 from trace_train.analysis.aggregate import candidates_table
 from trace_train.analysis.run import run_analysis
-from trace_train.trajectory import ReadReport, read_trajectories
 
 logger = logging.getLogger(__name__)
+
+LABELERS = ("programmatic", "llm")
 
 
 @hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="analyze", version_base=None)
 def main(cfg: DictConfig) -> None:
+    import importlib
+
+    from trace_train.analysis.config import AnalysisConfig
+    from trace_train.commands._validate import ConfigError, check_groups, existing_path, fail
+
+    try:
+        check_groups(cfg, "analysis")
+        if str(cfg.labeler) not in LABELERS:
+            raise ConfigError(f"labeler={cfg.labeler!r}: choose one of {', '.join(LABELERS)}")
+        trajectories = existing_path(cfg.trajectories, "trajectories", "JSONL file")
+        analysis = AnalysisConfig.from_dict(cfg.analysis)
+    except (ConfigError, ValueError) as exc:
+        fail("analyze", str(exc))
+    for module in cfg.get("imports") or []:  # a user's module that registers its env's probes
+        try:
+            importlib.import_module(str(module))
+        except ImportError as exc:
+            fail("analyze", f"imports=[{module}]: cannot import module {module!r} ({exc})")
     report = ReadReport()
-    records = read_trajectories(to_absolute_path(cfg.trajectories), report)
+    records = read_trajectories(trajectories, report)
     if report.truncated_last_line:
         logger.warning("%s: truncated last line skipped", cfg.trajectories)
     meta = {"trajectories": str(cfg.trajectories)}
     if HydraConfig.initialized():
         meta["overrides"] = list(HydraConfig.get().overrides.task)
-    output = run_analysis(records, cfg.analysis, cfg.labeler, to_absolute_path(cfg.out), meta)
+    output = run_analysis(records, analysis, cfg.labeler, to_absolute_path(cfg.out), meta)
     console = Console()
     console.print(candidates_table(output.result))
     console.print(f"selected: {[c.name for c in output.result.selected]} -> "

@@ -19,8 +19,13 @@ logger = logging.getLogger(__name__)
 def main(cfg: DictConfig) -> None:
     from trace_train.bootstrap.config import BootstrapConfig
     from trace_train.bootstrap.trainer import Bootstrapper
+    from trace_train.commands._validate import check_groups, fail
 
-    config = BootstrapConfig.from_dict(OmegaConf.to_container(cfg.bootstrap, resolve=True))
+    try:
+        check_groups(cfg, "bootstrap")
+        config = BootstrapConfig.from_dict(OmegaConf.to_container(cfg.bootstrap, resolve=True))
+    except (TypeError, ValueError) as exc:
+        fail("bootstrap", str(exc))
     runner = Bootstrapper(config, Path(cfg.cache_dir))
     summary = runner.run()
     logger.info("bootstrap %s: %s", runner.config_hash, json.dumps(summary["probe"]))

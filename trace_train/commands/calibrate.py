@@ -29,7 +29,17 @@ logger = logging.getLogger(__name__)
 
 @hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="calibrate", version_base=None)
 def main(cfg: DictConfig) -> None:
-    scfg = synthesis_config(cfg)
+    from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands._validate import check_groups
+    from trace_train.commands.rollout import exit_with
+
+    try:
+        check_groups(cfg, "synthesis")
+        scfg = synthesis_config(cfg)
+        if not cfg.search:
+            resolve_cfg_envs(cfg, [str(cfg.env)])
+    except (TypeError, ValueError) as exc:
+        exit_with("calibrate", str(exc))
     rollouts = collector(scfg)
     console = Console()
     env_kwargs = OmegaConf.to_container(cfg.env_kwargs, resolve=True) or {}

@@ -13,9 +13,15 @@ import trace_train.paths
 def main(cfg: DictConfig) -> None:
     from rich.console import Console
 
+    from trace_train.commands._validate import check_counts, existing_path, fail
     from trace_train.report import ViewerLimits, build_report
 
-    limits = ViewerLimits(**{k: int(v) for k, v in cfg.viewer.items()})
+    try:
+        check_counts(cfg, {f"viewer.{key}": 1 for key in cfg.viewer})
+        limits = ViewerLimits(**{k: int(v) for k, v in cfg.viewer.items()})
+        existing_path(cfg.run_dir, "run_dir", "run directory")
+    except (TypeError, ValueError) as exc:
+        fail("report", str(exc))
     out = to_absolute_path(cfg.out) if cfg.out else None
     path = build_report(to_absolute_path(cfg.run_dir), out, limits)
     Console().print(f"[green]report written[/green] ({path.stat().st_size / 1024:.1f} KB):")

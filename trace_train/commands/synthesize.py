@@ -1,8 +1,9 @@
 """``trace-rl synthesize selected=<selected_capabilities.json> [out_dir=<dir>]``.
 
 For each selected capability with an env family: search its difficulty knobs with the calibration
-policy until the gate passes, then emit ``<out_dir>/<capability>_<domain>.py`` registering
-``trace/<capability>-<domain>-v0`` plus a manifest entry (default ``out_dir``: ``generated_envs/``).
+policy until the gate passes, then add a row to ``<out_dir>/manifest.json`` that registers
+``trace/<capability>-<domain>-v0`` with the calibrated knobs (default ``out_dir``: the user data directory
+``~/.local/share/trace-rl/generated_envs``, registered on ``import trace_envs``; never the installed package).
 Capabilities without a family are named (they need the LLM-driven generator); capabilities whose gate
 cannot be met are reported with their closest statistics and not emitted. Writes
 ``<out>/synthesis_report.json``.
@@ -19,35 +20,54 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 from rich.console import Console
 
-import generated_envs
 import trace_envs  # noqa: F401  (registers the trace/ ids)
 import trace_train.paths
 from trace_envs.synthesis import read_selected, synthesize
 from trace_envs.synthesis.emit import atomic_write_text
+from trace_envs.synthesis.llm.swe_scenario import is_swe_target
+from trace_train.calibration import collector_for
 from trace_train.commands._synthesis_common import collector, stats_table, synthesis_config
+from trace_train.synthesis.generator import check_llm_config, run_llm_stage
 
 logger = logging.getLogger(__name__)
 
 
 def _default_out_dir() -> Path:
-    return generated_envs.generated_dir()
+    return trace_train.paths.generated_envs_dir()
 
 
 @hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="synthesize", version_base=None)
 def main(cfg: DictConfig) -> None:
-    scfg = synthesis_config(cfg)
-    selected_path = to_absolute_path(str(cfg.selected))
-    selected = read_selected(selected_path)
+    from trace_train.commands._validate import check_groups, existing_path, fail
+
+    try:
+        check_groups(cfg, "synthesis")
+        scfg = synthesis_config(cfg)
+        selected_path = str(existing_path(cfg.selected, "selected", "selected_capabilities.json file"))
+        selected = read_selected(selected_path)
+    except (TypeError, ValueError) as exc:
+        fail("synthesize", str(exc))
     out_dir = Path(to_absolute_path(str(cfg.out_dir))) if cfg.out_dir else _default_out_dir()
     console = Console()
     rows = []
-    report = synthesize(selected, scfg, out_dir, source=selected_path, collector=collector(scfg),
+    llm_collector = collector_for(scfg) if scfg.generator == "llm" else None
+    check_llm_config(scfg, llm_collector)
+    # a SWE target (synthesis.domain=swe) gets LLM-written SWE scenarios only: the families build tool envs
+    family_caps = [] if scfg.generator == "llm" and is_swe_target(scfg.domain) else selected
+    report = synthesize(family_caps, scfg, out_dir, source=selected_path, collector=collector(scfg),
                         on_trial=lambda cap, t: rows.append((cap, t.knobs, t.stats, t.failures)))
+    trajectories = to_absolute_path(str(cfg.trajectories)) if cfg.get("trajectories") else None
+    llm_results = run_llm_stage(selected, scfg, out_dir, llm_collector, trajectories, source=selected_path)
     if rows:
         console.print(stats_table(rows))
     for entry in report.emitted:
-        console.print(f"[green]emitted[/green] {entry['env_id']} -> {out_dir / entry['module']}")
-    for name in report.no_family:
+        console.print(f"[green]emitted[/green] {entry['env_id']} -> {out_dir / 'manifest.json'}")
+    for res in llm_results:
+        colour = "green" if res.accepted else "red"
+        console.print(f"[{colour}]LLM env generator, {res.capability}[/{colour}]: {res.reason}"
+                      + (f" -> {res.entry['env_id']}" if res.entry else ""))
+    handled = {res.capability for res in llm_results}
+    for name in [n for n in report.no_family if n not in handled]:
         console.print(f"[yellow]no env family for capability {name!r}[/yellow]: it needs the LLM-driven "
                       "environment generator; skipped")
     for item in report.failed:
@@ -55,7 +75,8 @@ def main(cfg: DictConfig) -> None:
         console.print(f"[red]{item['capability']}: calibration gate not met[/red]; closest {closest['knobs']}: "
                       f"{closest['failures']}")
     out = Path(to_absolute_path(cfg.out)) / "synthesis_report.json"
-    atomic_write_text(out, json.dumps(report.to_dict(), indent=2) + "\n")
+    atomic_write_text(out, json.dumps({**report.to_dict(), "llm": [r.to_dict() for r in llm_results]}, indent=2)
+                      + "\n")
     console.print(f"report -> {out}")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 
 import hydra
@@ -36,31 +35,34 @@ def main(cfg: DictConfig) -> None:
         import trace_envs  # noqa: F401  (registers the trace/ ids)
     except ImportError:
         logger.info("trace_envs not importable; only already-registered env ids are available")
+    from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands._validate import ConfigError, check_counts, check_groups, fail, model_dir
     from trace_train.grpo import GRPOConfig, GRPOTrainer
-    from trace_train.grpo.config import check_env_ids, check_output_dir, normalize_envs
+    from trace_train.grpo.config import check_output_dir, normalize_envs
 
     output_dir = Path(to_absolute_path(str(cfg.output_dir)))
-    env = OmegaConf.to_container(cfg.env, resolve=True) if OmegaConf.is_config(cfg.env) else str(cfg.env)
     try:
+        env = OmegaConf.to_container(cfg.env, resolve=True) if OmegaConf.is_config(cfg.env) else str(cfg.env)
+        check_groups(cfg, "grpo")
+        check_counts(cfg, {"rollout.max_turns": 1, "rollout.max_context": 1, "rollout.max_batch": 1})
         gcfg = GRPOConfig.from_mapping(OmegaConf.to_container(cfg.grpo, resolve=True))
         gcfg.validate()
         envs = normalize_envs(env)
-        check_env_ids(list(envs))
+        resolve_cfg_envs(cfg, list(envs))
         check_output_dir(output_dir, str(cfg.adapter), bool(cfg.resume))
-    except ValueError as exc:
-        console.print(f"[red]trace-rl train: {exc}[/red]")
-        sys.exit(2)
+        if cfg.model.get("name_or_path"):
+            source = model_dir(cfg.model.name_or_path, "model.name_or_path")
+        elif cfg.get("tiny_policy_dir"):
+            source = model_dir(cfg.tiny_policy_dir, "tiny_policy_dir")
+        else:
+            raise ConfigError("needs a base policy: set model.name_or_path=<hf model directory>")
+    except (ValueError, KeyError) as exc:  # KeyError: a missing key or an unresolvable ${shipped:...}
+        fail("train", str(exc))
 
     from trace_train.model.factory import load_policy
     from trace_train.rollout.hf import HFRolloutBackend
 
     _maybe_init_distributed(str(cfg.device))
-    source = cfg.model.get("name_or_path") or cfg.get("tiny_policy_dir")
-    if not source:
-        console.print("[red]trace-rl train: needs a base policy: model.name_or_path=<hf dir or hub id>[/red]")
-        sys.exit(2)
-    if not cfg.model.get("name_or_path"):
-        source = to_absolute_path(str(source))
     model, tokenizer = load_policy(
         str(source), device=str(cfg.device), dtype=getattr(torch, str(cfg.model.get("dtype", "float32")))
     )

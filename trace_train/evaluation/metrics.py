@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trace_train.trajectory import TrajectoryRecord
+from trace_envs.records import TrajectoryRecord, record_info, task_capabilities
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -74,10 +74,7 @@ def summarize(records: Iterable[TrajectoryRecord], policy: str | None = None, ma
     by_cap: dict[str, list[bool]] = defaultdict(list)
     by_task: dict[object, list[bool]] = defaultdict(list)
     for record in records:
-        caps = (record.info.get("task") or {}).get("required_capabilities")
-        if caps is None:
-            caps = record.info.get("required_capabilities", [])
-        for cap in caps or ["(none)"]:
+        for cap in task_capabilities(record_info(record)) or ["(none)"]:
             by_cap[cap].append(record.success)
         by_task[(record.env_id, record.seed)].append(record.success)
     min_trials = min((len(v) for v in by_task.values()), default=0)

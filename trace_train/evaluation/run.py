@@ -8,16 +8,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trace_envs.records import TrajectoryRecord, write_json_atomic, write_trajectories
 from trace_train.evaluation.metrics import summarize
-from trace_train.trajectory import TrajectoryRecord, write_json_atomic, write_trajectories
 
 
 def evaluate_policies(policies: dict[str, Any], env_id: str, split: str, episodes: int, trials: int = 1,
                       env_kwargs: dict | None = None, out_dir: str | Path | None = None,
                       batch: int = 32) -> dict[str, dict[str, Any]]:
     """``policies``: name -> PolicySpec. Each plays ``trials`` episodes per seed (pass^k needs k trials)."""
-    from trace_train.commands.rollout import rollout_requests, run_rollouts
     from trace_train.policies import build_backend
+    from trace_train.rollout.loop import rollout_requests, run_rollouts
 
     results: dict[str, dict[str, Any]] = {}
     for name, spec in policies.items():

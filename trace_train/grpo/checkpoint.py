@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from trace_envs.atomic_io import make_temp_dir
+from trace_envs.records import write_json_atomic
 from trace_train.grpo.lora import load_adapter_weights, save_adapter
-from trace_train.trajectory import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from trace_envs.config_builder import build
 from trace_train.grpo.lora import LoraSettings
 from trace_train.grpo.loss import LEVELS
 
@@ -43,30 +42,20 @@ class GRPOConfig:
     mode: str = "grpo"  # grpo | sft (cross-entropy on successful records only)
     hint_fraction: float = 0.0  # share of each group that plays with the env's hint (paper §3.5: 0.25-0.5)
     tensorboard: bool = True  # also log to TensorBoard when torch.utils.tensorboard imports
+    trackers: list[str] = field(default_factory=list)  # experiment trackers: wandb and/or trackio (installed)
+    tracker_project: str = "trace-rl"  # the trackers' project name (the run is named after the adapter)
     progress: bool = True  # rich progress bar on rank 0
     lora: LoraSettings = field(default_factory=LoraSettings)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "GRPOConfig":
-        """Build from a plain mapping (e.g. ``OmegaConf.to_container``); unknown keys are an error."""
+    def from_mapping(cls, data: Mapping[str, Any], path: str = "grpo") -> "GRPOConfig":
+        """Build from a plain mapping (e.g. the ``grpo`` group); an unknown or mistyped key fails with its path.
+
+        ``trackers`` may be one name (``grpo.trackers=wandb``) as well as a list."""
         data = dict(data)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            hints = {k: difflib.get_close_matches(k, names, n=1) for k in unknown}
-            raise ValueError(f"unknown grpo config keys {unknown} (did you mean {hints}?)")
-        lora = data.pop("lora", None)
-        cfg = cls(**data)
-        if lora is not None:
-            lora = dict(lora)
-            lora_names = {f.name for f in dataclasses.fields(LoraSettings)}
-            bad = sorted(set(lora) - lora_names)
-            if bad:
-                raise ValueError(f"unknown grpo.lora keys {bad}; known: {sorted(lora_names)}")
-            if "target_modules" in lora:
-                lora["target_modules"] = list(lora["target_modules"])
-            cfg.lora = LoraSettings(**lora)
-        return cfg
+        if isinstance(data.get("trackers"), str):
+            data["trackers"] = [data["trackers"]]
+        return build(cls, data, path)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -78,7 +67,8 @@ class GRPOConfig:
             errors.append(f"mode must be 'grpo' or 'sft', got {self.mode!r}")
         if self.mode == "grpo" and self.group_size < 2:
             errors.append(
-                f"group_size must be >= 2 for GRPO (advantages are relative to the group), got {self.group_size}"
+                f"grpo.group_size must be >= 2 for GRPO (advantages are relative to the group), got {self.group_size}; "
+                "set grpo.group_size=<integer >= 2>"
             )
         if self.group_size < 1:
             errors.append(f"group_size must be >= 1, got {self.group_size}")
@@ -110,6 +100,16 @@ class GRPOConfig:
             errors.append(f"hint_fraction must be in [0, 1], got {self.hint_fraction}")
         if self.lora.r < 1:
             errors.append(f"lora.r must be >= 1, got {self.lora.r}")
+        if self.max_new_tokens < 1:
+            errors.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.threads < 0:
+            errors.append(f"threads must be >= 0, got {self.threads}")
+        from trace_train.grpo.metrics import check_trackers
+
+        try:
+            check_trackers(self.trackers)
+        except ValueError as exc:
+            errors.append(str(exc))
         if errors:
             raise ValueError("invalid GRPO config:\n  - " + "\n  - ".join(errors))
 
@@ -124,22 +124,12 @@ def normalize_envs(env: str | Mapping[str, float]) -> dict[str, float]:
     return mixture
 
 
-def check_env_ids(env_ids: list[str]) -> None:
-    """Fail unless every id is registered in ``gymnasium.registry`` (``"module:id"`` imports module first)."""
-    import gymnasium
+def check_env_ids(env_ids: list[str], imports: list[str] | None = None,
+                  run_dirs: list[str] | None = None) -> None:
+    """Fail unless every id resolves (``trace_envs.registry.resolve_env_ids``, the resolver every command uses)."""
+    from trace_envs.registry import resolve_env_ids
 
-    for env_id in env_ids:
-        name = env_id
-        if ":" in env_id:
-            module, name = env_id.split(":", 1)
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                raise ValueError(f"env id {env_id!r}: cannot import module {module!r} ({exc})") from exc
-        if name not in gymnasium.registry:
-            close = difflib.get_close_matches(name, list(gymnasium.registry), n=3)
-            hint = f"; did you mean {close}?" if close else " (is the package that registers it imported?)"
-            raise ValueError(f"unknown env id {env_id!r}: not in gymnasium.registry{hint}")
+    resolve_env_ids(env_ids, imports=imports or (), run_dirs=run_dirs or ())
 
 
 def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trace_train.trajectory import TrajectoryRecord
+from trace_envs.records import TrajectoryRecord
 
 
 @dataclass(frozen=True)

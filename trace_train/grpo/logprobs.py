@@ -57,3 +57,47 @@ def token_logprobs(
             ent = lse - (probs * logits).sum(-1)
             entropy = torch.cat([zeros.detach(), ent], dim=1)
     return lp, entropy
+
+
+def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """The decoder stack and the LM head of a (peft-wrapped) causal LM, or None when it has another shape."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    if not isinstance(body, torch.nn.Module) or not isinstance(head, torch.nn.Linear):
+        return None
+    return body, head
+
+
+def masked_token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_logprobs`` evaluated only where ``loss_mask`` is set (0 elsewhere).
+
+    The LM head, the log-softmax and the entropy run on the sampled positions only (~15 % of a
+    multi-turn episode's tokens), not on every position of the padded batch; on masked positions the
+    values equal ``token_logprobs``'s. Falls back to ``token_logprobs`` for models without a
+    ``model``/``lm_head`` split.
+    """
+    parts = _body_and_head(model)
+    if parts is None:
+        return token_logprobs(model, input_ids, attention_mask, temperature, with_entropy)
+    body, head = parts
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    select = loss_mask[:, 1:] > 0
+    logits = head(hidden[:, :-1][select]).float() / temperature  # (N, V)
+    lse = torch.logsumexp(logits, dim=-1)
+    picked = torch.gather(logits, -1, input_ids[:, 1:][select].unsqueeze(-1)).squeeze(-1) - lse
+    lp = hidden.new_zeros(select.shape, dtype=torch.float32).masked_scatter(select, picked)
+    zeros = torch.zeros_like(lp[:, :1])
+    lp = torch.cat([zeros, lp], dim=1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            entropy = torch.cat([zeros, lp.new_zeros(select.shape).masked_scatter(select, ent)], dim=1)
+    return lp, entropy

@@ -22,6 +22,15 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from trace_envs.records import (
+    TrajectoryRecord,
+    append_jsonl,
+    drop_rows_from,
+    format_valid_fraction,
+    record_info,
+    write_json_atomic,
+    write_trajectories,
+)
 from trace_train.grpo import dist
 from trace_train.grpo.advantages import group_advantages
 from trace_train.grpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -45,13 +54,6 @@ from trace_train.grpo.metrics import MetricsLogger
 from trace_train.grpo.seeds import GroupSeeds, plan_iteration
 from trace_train.grpo.update import Sample, optimize, sequence_logprobs
 from trace_train.rollout.base import EpisodeRequest, RolloutBackend, SamplingParams
-from trace_train.trajectory import (
-    TrajectoryRecord,
-    append_jsonl,
-    drop_rows_from,
-    write_json_atomic,
-    write_trajectories,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +69,9 @@ class TrainResult:
 
 def shaped_reward(record: TrajectoryRecord, format_penalty: float) -> float:
     """Env reward minus ``format_penalty × (1 − format_valid_fraction)`` when the backend reports it."""
-    valid = record.info.get("format_valid_fraction") if record.info else None
+    valid = format_valid_fraction(record_info(record))
     if format_penalty and valid is not None:
-        return float(record.reward) - format_penalty * (1.0 - float(valid))
+        return float(record.reward) - format_penalty * (1.0 - valid)
     return float(record.reward)
 
 
@@ -156,7 +158,8 @@ class GRPOTrainer:
         if self.is_main and resume:  # rows logged after the checkpoint (or before the first one) are replayed
             for name in ("metrics.jsonl", "seeds.jsonl"):
                 drop_rows_from(self.output_dir / name, "iteration", self.start_iteration)
-        self.metrics = MetricsLogger(self.output_dir, config.tensorboard) if self.is_main else None
+        self.metrics = MetricsLogger(self.output_dir, config.tensorboard, config.trackers, config.tracker_project,
+                                     adapter, config.to_dict()) if self.is_main else None
         if self.is_main:
             write_json_atomic(
                 self.output_dir / "config.json",
@@ -237,6 +240,7 @@ class GRPOTrainer:
                     samples.append(Sample(seq.token_ids, seq.loss_mask, value, seq.sampler_logprobs))
 
         t1 = time.perf_counter()
+        env_s = self._backend_env_seconds()
         old_lps = ref_lps = None
         hint_shift = None
         if cfg.mode == "grpo" and samples:
@@ -256,10 +260,12 @@ class GRPOTrainer:
                 self.model.eval()
                 with self.model.disable_adapter():
                     ref_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id)
+        t2 = time.perf_counter()
         update = optimize(
             self.model, self.optimizer, self.params, samples, cfg, iteration, old_lps, ref_lps, self.pad_id
         )
         t_update = time.perf_counter() - t1
+        t_step = time.perf_counter() - t2
 
         hinted = [is_hinted(r) for r in records]
         local_summary = {
@@ -272,9 +278,7 @@ class GRPOTrainer:
             "sampled_tokens": sum(int(sum(r.loss_mask)) for r in records),
             "trained_tokens": sum(s.n_tokens for s in samples),
             "trained_samples": len(samples),
-            "format_valid": [
-                float(r.info["format_valid_fraction"]) for r in records if r.info and "format_valid_fraction" in r.info
-            ],
+            "format_valid": [v for v in (format_valid_fraction(record_info(r)) for r in records) if v is not None],
             "env_ids": [g.env_id for g in local],
         }
         parts = dist.all_gather_objects(local_summary)
@@ -295,7 +299,10 @@ class GRPOTrainer:
             "train_tokens_per_s": total["trained_tokens"] / max(t_update, 1e-9),
             "samples_per_s": total["records"] / max(elapsed, 1e-9),
             "time_rollout_s": t_rollout,
-            "time_update_s": t_update,
+            "time_update_s": t_update,  # log-prob recomputation + optimizer steps
+            "time_logprobs_s": t2 - t1,  # old / reference log-probs (0 when one step makes old = current)
+            "time_step_s": t_step,  # forward + backward + AdamW
+            "time_env_s": env_s,  # env reset/step/rendering inside the rollout (None: backend does not say)
             "env_groups": {e: sum(p["env_ids"].count(e) for p in parts) for e in self.envs},
             **update,
         }
@@ -310,6 +317,10 @@ class GRPOTrainer:
         else:
             dist.all_gather_objects(records)
         return metrics
+
+    def _backend_env_seconds(self) -> float | None:
+        timings = getattr(self.backend, "last_timings", None)
+        return float(timings["env_s"]) if isinstance(timings, dict) and "env_s" in timings else None
 
     def _old_logprobs(self, samples: list[Sample]) -> list[torch.Tensor]:
         """Old log-probs of every sample: the sampler's where they belong to the trained ids, else recomputed

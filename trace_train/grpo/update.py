@@ -12,7 +12,7 @@ import torch
 
 from trace_train.grpo import dist
 from trace_train.grpo.config import GRPOConfig
-from trace_train.grpo.logprobs import pad_batch, pad_values, token_logprobs
+from trace_train.grpo.logprobs import masked_token_logprobs, pad_batch, pad_values, token_logprobs
 from trace_train.grpo.loss import grpo_loss, sft_loss
 from trace_train.grpo.seeds import shuffle_generator
 
@@ -92,8 +92,9 @@ def optimize(
                 batch = [samples[i] for i in idx]
                 ids, attn, mask = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
                 length = ids.shape[1]
-                lp, ent = token_logprobs(model, ids.to(device), attn.to(device), cfg.temperature, with_entropy=True)
                 mask = mask.to(device)
+                lp, ent = masked_token_logprobs(model, ids.to(device), attn.to(device), mask, cfg.temperature,
+                                                with_entropy=True)
                 if cfg.mode == "sft":
                     out = sft_loss(lp, mask, normalizer=normalizer)
                 else:

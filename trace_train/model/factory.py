@@ -117,7 +117,9 @@ def load_policy(
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     except (OSError, ValueError) as exc:
-        where = "local directory" if is_local else "hub model (not a local directory; is the hub reachable?)"
+        where = "local directory" if is_local else (
+            f"hub model (there is no local directory {path.resolve()}; is the hub reachable? the shipped base is "
+            "${shipped:retail-sim-tiny} in a config, trace_train.paths.shipped_checkpoint() in code)")
         raise PolicyLoadError(f"could not load policy {source!r} as a {where}: {exc}") from exc
     model.to(device)
     model.eval()

@@ -9,18 +9,41 @@ Both the rollout backends and behaviour cloning build an episode's token stream 
 
 Earlier text is never re-tokenized, so sampled ids stay exactly as sampled. The stream ends at the
 last assistant ``<|im_end|>``; messages after it carry no loss and are not encoded.
+
+Rendering a delta by re-rendering the whole history costs O(history) per turn (twice). For our own
+templates (``chat_template.chat_template``), which render each message from the message alone (a tool
+message also looks at its neighbours' roles; the system header depends only on ``messages[0]`` and the
+tools), a delta after an assistant message is rendered from a *window*: that assistant message and the
+new ones, without tools. Such a delta depends on the new messages only, so its ids are memoised (an LRU
+keyed by the messages' JSON), as are first prompts (the members of a group share theirs) and assistant
+completions. The ids are the same as a full re-render's (``tests/model/test_rendering_cache.py``). Any
+other template is always fully re-rendered and nothing is memoised.
 """
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from trace_train.model.chat_template import render_chat
+from trace_train.model.chat_template import TOOLS_STYLES, chat_template, render_chat
 
 IM_END = "<|im_end|>"
+
+# Templates known to render a message independently of the messages before the previous one (see above).
+_WINDOWED_TEMPLATES = frozenset(chat_template(style) for style in TOOLS_STYLES)
+MEMO_SIZE = 4096  # memoised id lists per renderer
+
+
+def _memo_key(*parts: Any) -> str | None:
+    """An exact key for JSON-shaped messages (``None``, i.e. not memoised, for anything else)."""
+    try:
+        return json.dumps(parts, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
 
 
 class TemplateDriftError(RuntimeError):
@@ -41,17 +64,43 @@ class EncodedEpisode:
 
 
 class ChatRenderer:
-    """Renders messages to token ids with a tokenizer's chat template (prefix-stable deltas)."""
+    """Renders messages to token ids with a tokenizer's chat template (prefix-stable deltas).
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, chat_template: str | None = None) -> None:
+    ``cached`` (default on): render deltas from a window of the conversation and memoise ids when the
+    template is one of ours (same ids as a full re-render, see the module docstring); off, or for any other
+    template, every delta re-renders the whole history.
+    """
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, chat_template: str | None = None, cached: bool = True
+    ) -> None:
         self.tokenizer = tokenizer
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
             raise ValueError("tokenizer has no chat template; pass chat_template=")
+        self.cached = cached
+        self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         end_id = tokenizer.convert_tokens_to_ids(IM_END)
         if end_id is None or tokenizer.convert_ids_to_tokens(end_id) != IM_END:
             raise ValueError(f"tokenizer has no single {IM_END} token")
         self.end_id: int = end_id
+
+    @property
+    def uses_cache(self) -> bool:
+        """Whether deltas are windowed and ids memoised (``cached`` and the template is one of ours)."""
+        return self.cached and self.chat_template in _WINDOWED_TEMPLATES
+
+    def _memoised(self, key: str | None, make: Any) -> list[int]:
+        if key is None:
+            return make()
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = tuple(make())
+            if len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+        else:
+            self._memo.move_to_end(key)
+        return list(hit)
 
     def text(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict] | None, gen: bool) -> str:
         return render_chat(messages, tools, add_generation_prompt=gen, chat_template=self.chat_template)
@@ -64,6 +113,9 @@ class ChatRenderer:
 
     def prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict] | None) -> list[int]:
         """The first prompt of an episode (ends with the assistant generation prompt)."""
+        if self.uses_cache:
+            return self._memoised(_memo_key("prompt", messages, tools),
+                                  lambda: self.encode(self.text(messages, tools, gen=True)))
         return self.encode(self.text(messages, tools, gen=True))
 
     def observation_delta_text(
@@ -72,6 +124,8 @@ class ChatRenderer:
         """Text the template adds after the last assistant ``<|im_end|>`` of ``history`` for ``new``."""
         if not history or history[-1].get("role") != "assistant":
             raise ValueError("observation deltas follow an assistant message")
+        if self.uses_cache:  # only the last assistant message and the new ones (no system header, no tools)
+            history, tools = history[-1:], None
         before = self.text(history, tools, gen=False)
         cut = before.rfind(IM_END)
         if cut < 0:
@@ -85,12 +139,23 @@ class ChatRenderer:
     def observation_delta_ids(
         self, history: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]], tools: Sequence[dict] | None
     ) -> list[int]:
+        if self.uses_cache and history and history[-1].get("role") == "assistant":  # the delta depends on new only
+            return self._memoised(_memo_key("delta", new),
+                                  lambda: self.encode(self.observation_delta_text(history, new, tools)))
         return self.encode(self.observation_delta_text(history, new, tools))
 
     def assistant_completion_ids(
         self, history: Sequence[dict[str, Any]], message: dict[str, Any], tools: Sequence[dict] | None
     ) -> list[int]:
         """The ids a policy would sample for ``message`` after ``history`` (ends with ``<|im_end|>``)."""
+        if self.uses_cache:  # an assistant message renders from itself alone after the generation prompt
+            return self._memoised(_memo_key("completion", message),
+                                  lambda: self._completion_ids([], message, None))
+        return self._completion_ids(history, message, tools)
+
+    def _completion_ids(
+        self, history: Sequence[dict[str, Any]], message: dict[str, Any], tools: Sequence[dict] | None
+    ) -> list[int]:
         prompt = self.text(history, tools, gen=True)
         full = self.text(list(history) + [message], tools, gen=False)
         if not full.startswith(prompt):

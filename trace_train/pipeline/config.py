@@ -1,13 +1,26 @@
-"""Typed pipeline config; mirrors ``conf/pipeline.yaml`` (the preset files override it) one to one."""
+"""Typed pipeline config; mirrors the ``pipeline`` key of ``conf/pipeline.yaml`` one to one.
+
+The pipeline composes the stage groups (``bootstrap``, ``analysis``, ``synthesis``, ``grpo``, ``moe``) rather than
+restating them: ``trace-rl pipeline grpo.group_size=4`` is the GRPO group size of every adapter it trains."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from trace_envs.config_builder import build
+from trace_moe.config import MoEConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MoEConfig", "PipelineConfig", "PipelineConfigs", "check_force", "is_forced"]
 
 BASELINES = ("grpo_target", "mixture", "sft", "prompted")
 TRAINED_BASELINES = ("grpo_target", "mixture", "sft")
-STAGES = ("bootstrap", "rollouts", "analysis", "synthesis", "train", "compose", "baselines", "eval", "report")
+STAGES = ("bootstrap", "rollouts", "analysis", "synthesis", "train", "compose", "baselines", "eval", "routing",
+          "report")
 
 
 @dataclass
@@ -20,24 +33,17 @@ class RolloutStageConfig:
 
 @dataclass
 class TrainStageConfig:
+    """Which adapters the pipeline trains; the GRPO counts (iterations, groups, G) are the ``grpo`` group's."""
+
     max_capabilities: int = 4
-    iterations: int = 5  # GRPO iterations per capability adapter
-    groups_per_iter: int = 4
-    group_size: int = 8
-    checkpoint_every: int = 1
 
 
 @dataclass
 class ComposeStageConfig:
+    """Whether and on what the gates train; the gate and optimiser settings are the ``moe`` group's."""
+
     enabled: bool = True
     max_examples_per_capability: int = 48
-    epochs: int = 3
-    lr: float = 5e-4
-    lb_weight: float = 0.001
-    label_weight: float = 0.5
-    top_k: int = 1
-    init: str = "base_bias"  # gate init: base_bias (every token starts on the base slot) | zero
-    base_bias: float = 5.0   # the paper's base-slot bias
 
 
 @dataclass
@@ -51,7 +57,23 @@ class EvalStageConfig:
 
 
 @dataclass
+class ReportStageConfig:
+    """What the pipeline adds for the report: ``routing_sample`` held-out TRACE trajectories whose per-token
+    routing is traced into ``routing/routing_trace.json`` (0: none)."""
+
+    routing_sample: int = 6
+
+
+@dataclass
 class PolicyStageConfig:
+    """The policy of rollouts, calibration and evaluation: ``kind=hf`` loads ``model`` in-process; ``kind=openai``
+    plays through OpenAI-compatible servers (vLLM) at ``base_urls`` serving ``served_model`` (default: the base
+    model), adapters hot-loaded there (``trace_train.rollout.openai_lora``); ``server``: backend options."""
+
+    kind: str = "hf"
+    base_urls: list[str] = field(default_factory=list)
+    served_model: str | None = None
+    server: dict[str, Any] = field(default_factory=list)
     render_tools: bool = False
     temperature: float = 1.0
     top_p: float = 1.0
@@ -60,12 +82,22 @@ class PolicyStageConfig:
 
 
 @dataclass
+class TargetKwargs:
+    """One target's ``gym.make`` kwargs, as a list row of ``pipeline.target_env_kwargs``."""
+
+    id: str
+    kwargs: dict[str, Any] = field(default_factory=list)
+
+
+@dataclass
 class PipelineConfig:
-    target_env: str = "trace/retail-sim-v0"
+    target_env: str | list[str] = "trace/retail-sim-v0"  # one env id, or several (trained and evaluated together)
+    # per-target gym.make kwargs: {<id>: {...}} or [{id, kwargs}], e.g. the τ² LLM user's user_config
+    target_env_kwargs: dict[str, dict[str, Any]] | list[TargetKwargs] = field(default_factory=list)
     run_dir: str = "runs/quick"
     force: list[str] = field(default_factory=list)
     base_model: str | None = None  # an HF directory; None: bootstrap (shipped checkpoint if its hash matches)
-    shipped_checkpoint: str = "checkpoints/retail-sim-tiny"
+    shipped_checkpoint: str | None = "retail-sim-tiny"  # a checkpoint shipped with trace-rl, or an absolute dir
     labeler: str = "programmatic"
     capabilities: list[str] | None = None  # None: the analysis' selection; else train exactly these
     baselines: list[str] = field(default_factory=lambda: ["grpo_target"])
@@ -74,35 +106,136 @@ class PipelineConfig:
     compose: ComposeStageConfig = field(default_factory=ComposeStageConfig)
     eval: EvalStageConfig = field(default_factory=EvalStageConfig)
     policy: PolicyStageConfig = field(default_factory=PolicyStageConfig)
+    report: ReportStageConfig = field(default_factory=ReportStageConfig)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PipelineConfig":
-        nested = {"rollouts": RolloutStageConfig, "train": TrainStageConfig, "compose": ComposeStageConfig,
-                  "eval": EvalStageConfig, "policy": PolicyStageConfig}
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"unknown pipeline keys {sorted(unknown)}; known: {sorted(names)}")
-        kwargs = {}
-        for key, value in data.items():
-            if key in nested:
-                sub = nested[key]
-                bad = set(value) - {f.name for f in fields(sub)}
-                if bad:
-                    raise ValueError(f"unknown pipeline.{key} keys {sorted(bad)}")
-                kwargs[key] = sub(**value)
-            else:
-                kwargs[key] = value
-        cfg = cls(**kwargs)
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "pipeline") -> "PipelineConfig":
+        """Build (strictly: unknown or mistyped keys fail with their path) and validate."""
+        cfg = build(cls, data, path)
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
         bad = [b for b in self.baselines if b not in BASELINES]
         if bad:
-            raise ValueError(f"unknown baselines {bad}; choose from {BASELINES}")
-        bad = [s for s in self.force if s not in STAGES]
-        if bad:
-            raise ValueError(f"force={bad}: unknown stage; stages are {STAGES}")
-        if self.train.group_size < 2:
-            raise ValueError("train.group_size must be >= 2 for GRPO")
+            raise ValueError(f"pipeline.baselines: unknown baselines {bad}; choose from {list(BASELINES)}")
+        check_force(self.force)
+        if self.report.routing_sample < 0:
+            raise ValueError(f"pipeline.report.routing_sample must be >= 0, got {self.report.routing_sample}")
+        if self.labeler not in ("programmatic", "llm"):
+            raise ValueError(f"pipeline.labeler must be 'programmatic' or 'llm', got {self.labeler!r}")
+        if self.policy.kind not in ("hf", "openai"):
+            raise ValueError(f"pipeline.policy.kind must be 'hf' or 'openai', got {self.policy.kind!r}")
+        if self.policy.kind == "openai" and not self.policy.base_urls:
+            raise ValueError("pipeline.policy.kind=openai needs pipeline.policy.base_urls=[http://host:port/v1, ...]")
+        targets = self.targets
+        if not targets:
+            raise ValueError("pipeline.target_env: give an env id or a non-empty list of env ids")
+        if len(set(targets)) != len(targets):
+            raise ValueError(f"pipeline.target_env: duplicate env ids in {targets}")
+        kwargs = self.kwargs_by_target(only_targets=False)
+        unused = sorted(set(kwargs) - set(targets))
+        if unused:  # e.g. the paper preset's τ² kwargs under pipeline.target_env=trace/retail-sim-v0
+            logger.warning("pipeline.target_env_kwargs: %s not in pipeline.target_env %s; ignored", unused, targets)
+        for env_id, kw in kwargs.items():
+            if is_tau2(env_id) and "split" in kw:
+                raise ValueError(f"pipeline.target_env_kwargs.{env_id}.split: the τ² task split follows "
+                                 "pipeline.rollouts.split (train) and pipeline.eval.split (test); remove it")
+        if self.train.max_capabilities < 1:
+            raise ValueError(f"pipeline.train.max_capabilities must be >= 1, got {self.train.max_capabilities}")
+
+
+    @property
+    def targets(self) -> list[str]:
+        """The target env ids, in order (a single string is one target)."""
+        return [self.target_env] if isinstance(self.target_env, str) else list(self.target_env)
+
+    @property
+    def multi_target(self) -> bool:
+        return not isinstance(self.target_env, str)
+
+    def kwargs_by_target(self, only_targets: bool = True) -> dict[str, dict[str, Any]]:
+        """``target_env_kwargs`` as ``{id: kwargs}`` (by default only the ids in ``target_env``)."""
+        rows = self.target_env_kwargs
+        out: dict[str, dict[str, Any]] = {}
+        if isinstance(rows, dict):
+            out = {k: dict(v) for k, v in rows.items()}
+        else:
+            for row in rows:
+                if row.id in out:
+                    raise ValueError(f"pipeline.target_env_kwargs: {row.id} given twice")
+                out[row.id] = dict(row.kwargs)
+        return {k: v for k, v in out.items() if k in self.targets} if only_targets else out
+
+    def env_kwargs(self, env_id: str, split: str) -> dict[str, Any]:
+        """``gym.make`` kwargs of target ``env_id`` for ``split``: the configured ones, plus the τ² task split
+        (``split=train|test``: τ² tasks are split, not only seeds)."""
+        kw = self.kwargs_by_target().get(env_id, {})
+        return {**kw, "split": split} if is_tau2(env_id) else kw
+
+
+def is_tau2(env_id: str) -> bool:
+    """A τ²-Bench target (``trace/tau2-<domain>[-llm]-v0``)."""
+    return env_id.startswith("trace/tau2-")
+
+
+def target_domain(env_id: str, default: str) -> str:
+    """The synthesis domain of a target: ``tau2-airline`` / ``tau2-retail`` for τ² targets, else ``default``."""
+    for domain in ("tau2-airline", "tau2-retail"):
+        if env_id.startswith(f"trace/{domain}-"):
+            return domain
+    return default
+
+
+# stages run once per adapter / baseline, as ``train/<capability>`` and ``baselines/<name>``
+STAGE_GROUPS = ("train", "baselines")
+
+
+def check_force(force: list[str]) -> None:
+    """Every ``pipeline.force`` name is a stage, a group (``train``: every adapter, ``baselines``: every trained
+    baseline) or one member (``train/<capability>``, ``baselines/<name>``); else ``ValueError`` listing them."""
+    for name in force:
+        group, _, member = name.partition("/")
+        if not member and name in STAGES:
+            continue
+        if group == "train" and member:
+            continue
+        if group == "baselines" and member in TRAINED_BASELINES:
+            continue
+        raise ValueError(f"pipeline.force: unknown stage {name!r}; valid: {', '.join(STAGES)}, "
+                         f"train/<capability>, {', '.join('baselines/' + b for b in TRAINED_BASELINES)}")
+
+
+def is_forced(stage: str, force: set[str] | list[str] | tuple[str, ...]) -> bool:
+    """Whether ``stage`` (e.g. ``train/precondition_verification``) reruns under ``force``: named itself or its
+    group (``train``, ``baselines``)."""
+    group, _, member = stage.partition("/")
+    return stage in force or (bool(member) and group in STAGE_GROUPS and group in force)
+
+
+@dataclass
+class PipelineConfigs:
+    """Every config the pipeline composes, built strictly from one Hydra config (``conf/pipeline.yaml``)."""
+
+    pipeline: PipelineConfig
+    bootstrap: Any  # trace_train.bootstrap.config.BootstrapConfig
+    analysis: Any  # trace_train.analysis.config.AnalysisConfig
+    synthesis: Any  # trace_envs.synthesis.SynthesisConfig
+    grpo: Any  # trace_train.grpo.GRPOConfig (validated)
+    moe: MoEConfig
+
+    @classmethod
+    def from_hydra(cls, cfg: Any) -> PipelineConfigs:
+        """Build and validate each group; an unknown, mistyped or invalid key raises ``ValueError`` with its path."""
+        from omegaconf import OmegaConf
+
+        from trace_envs.synthesis import SynthesisConfig
+        from trace_train.analysis.config import AnalysisConfig
+        from trace_train.bootstrap.config import BootstrapConfig
+        from trace_train.grpo import GRPOConfig
+
+        grpo = GRPOConfig.from_mapping(OmegaConf.to_container(cfg.grpo, resolve=True))
+        grpo.validate()
+        return cls(pipeline=PipelineConfig.from_dict(cfg.pipeline), bootstrap=BootstrapConfig.from_dict(cfg.bootstrap),
+                   analysis=AnalysisConfig.from_dict(cfg.analysis), synthesis=SynthesisConfig.from_dict(cfg.synthesis),
+                   grpo=grpo, moe=MoEConfig.from_dict(cfg.moe))

@@ -1,4 +1,8 @@
-"""``run_pipeline``: all of TRACE on a target env, one stage after another, into one run directory."""
+"""``run_pipeline``: all of TRACE on one or several target envs, one stage after another, into one run directory.
+
+Several targets (``pipeline.target_env: [a, b]``): rollouts and analysis cover every target's train split (each
+record keeps its env id), each selected capability is synthesized on every target's domain (an adapter trains on
+the mixture of its envs), and evaluation reports every target's test split and all of them together."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from trace_train.pipeline.config import TRAINED_BASELINES, PipelineConfig
+from trace_envs.records import read_trajectories, write_json_atomic, write_trajectories
+from trace_train.analysis.config import AnalysisConfig
+from trace_train.pipeline.config import TRAINED_BASELINES, MoEConfig, PipelineConfig, PipelineConfigs, target_domain
 from trace_train.pipeline.stage_runner import StageRunner, content_hash
 from trace_train.pipeline.stages import (
     base_spec,
@@ -16,35 +22,45 @@ from trace_train.pipeline.stages import (
     compose_adapters,
     grpo_run,
     play,
+    policy_hash_part,
     resolve_base_model,
     sample_efficiency,
 )
-from trace_train.trajectory import read_trajectories, write_trajectories
 
 logger = logging.getLogger(__name__)
 
 
 class Pipeline:
-    """Holds the configs of every step; ``run()`` executes (or skips) the stages in order."""
+    """Holds the configs of every step; ``run()`` executes (or skips) the stages in order.
 
-    def __init__(self, cfg: PipelineConfig, bootstrap_cfg: Any, analysis_cfg: Any, synthesis_cfg: Any,
-                 grpo_cfg: Any, repo_root: Path):
-        self.cfg, self.bootstrap_cfg, self.analysis_cfg = cfg, bootstrap_cfg, analysis_cfg
+    ``grpo_cfg`` trains every adapter and trained baseline as it is (iterations, groups, G, sampling);
+    ``moe_cfg`` (the ``moe`` group) sets the gates of the composed model."""
+
+    def __init__(self, cfg: PipelineConfig, bootstrap_cfg: Any, analysis_cfg: AnalysisConfig | Any,
+                 synthesis_cfg: Any, grpo_cfg: Any, repo_root: Path, moe_cfg: MoEConfig | None = None):
+        self.cfg, self.bootstrap_cfg, self.analysis_cfg = cfg, bootstrap_cfg, AnalysisConfig.coerce(analysis_cfg)
+        self.moe_cfg = moe_cfg if moe_cfg is not None else MoEConfig()
         self.synthesis_cfg, self.grpo_cfg, self.repo_root = synthesis_cfg, grpo_cfg, repo_root
         self.run_dir = Path(cfg.run_dir).resolve()
         self.runner = StageRunner(self.run_dir, force=set(cfg.force),
-                                  meta={"target_env": cfg.target_env, "config": asdict(cfg)})
+                                  meta={"target_env": cfg.target_env if isinstance(cfg.target_env, str)
+                                        else ", ".join(cfg.targets), "config": asdict(cfg)})
+
+    @classmethod
+    def from_configs(cls, configs: PipelineConfigs, repo_root: Path) -> Pipeline:
+        c = configs
+        return cls(c.pipeline, c.bootstrap, c.analysis, c.synthesis, c.grpo, repo_root, moe_cfg=c.moe)
 
     def run(self) -> dict[str, Any]:
         cfg, r = self.cfg, self.runner
         h = content_hash(self.bootstrap_cfg.content_hash(), cfg.base_model)
         model = r.run("bootstrap", h,
                       lambda d: resolve_base_model(cfg, self.bootstrap_cfg, d, self.repo_root))["model"]
-        h = content_hash(h, asdict(cfg.rollouts), asdict(cfg.policy), cfg.target_env)
+        kwargs = cfg.kwargs_by_target()
+        targets = cfg.target_env if not kwargs else [cfg.target_env, kwargs]
+        h = content_hash(h, asdict(cfg.rollouts), policy_hash_part(cfg), targets)
         r.run("rollouts", h, lambda d: self._rollouts(model, d))
-        from omegaconf import OmegaConf
-
-        h = content_hash(h, OmegaConf.to_container(self.analysis_cfg, resolve=True), cfg.labeler)
+        h = content_hash(h, asdict(self.analysis_cfg), cfg.labeler)
         selected = r.run("analysis", h, self._analysis)["selected"]
         if cfg.capabilities is not None:
             logger.info("training the configured capabilities %s (analysis selected %s)", cfg.capabilities, selected)
@@ -53,15 +69,16 @@ class Pipeline:
         h_syn = content_hash(h, asdict(self.synthesis_cfg), to_synthesize)
         envs = r.run("synthesis", h_syn, lambda d: self._synthesis(to_synthesize, model, d))["envs"]
         self._register_emitted()
-        h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), asdict(cfg.policy))
+        h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), policy_hash_part(cfg))
         trained = {cap: r.run(f"train/{cap}", content_hash(h_train, cap),
                               lambda d, cap=cap, env=env: grpo_run(cfg, self.grpo_cfg, model, env, cap, d,
-                                                                   cfg.train.iterations))
+                                                                   self.grpo_cfg.iterations))
                    for cap, env in envs.items()}
         composed = None
         if cfg.compose.enabled and trained:
-            composed = r.run("compose", content_hash(h_train, sorted(trained), asdict(cfg.compose)),
-                             lambda d: compose_adapters(cfg, model, trained, d))
+            composed = r.run("compose", content_hash(h_train, sorted(trained), asdict(cfg.compose),
+                                                     asdict(self.moe_cfg)),
+                             lambda d: compose_adapters(cfg, model, trained, d, self.moe_cfg))
             if composed.get("skipped"):
                 logger.warning("composition skipped: %s", composed["skipped"])
                 composed = None
@@ -71,16 +88,27 @@ class Pipeline:
                      for name in cfg.baselines if name in TRAINED_BASELINES}
         h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines))
         r.run("eval", h_eval, lambda d: self._eval(model, trained, composed, baselines, trace_rollouts, d))
+        if composed and cfg.report.routing_sample > 0:  # a stage of its own: eval's and report's hashes unchanged
+            r.run("routing", content_hash(h_eval, "routing", asdict(cfg.report)),
+                  lambda d: self._routing(model, composed, d))
         return r.run("report", content_hash(h_eval, "report"), self._report)
 
     # -- stages ---------------------------------------------------------------------------------
     def _rollouts(self, model: str, out: Path) -> dict[str, Any]:
-        c = self.cfg.rollouts
-        records = play(base_spec(self.cfg, model), self.cfg.target_env, c.split, c.episodes, c.offset,
-                       batch=c.batch_episodes)
+        c, spec = self.cfg.rollouts, base_spec(self.cfg, model)
+        records, per_target = [], {}
+        for env_id in self.cfg.targets:
+            played = play(spec, env_id, c.split, c.episodes, c.offset, batch=c.batch_episodes,
+                          env_kwargs=self.cfg.env_kwargs(env_id, c.split))
+            per_target[env_id] = {"episodes": len(played),
+                                  "success_rate": sum(x.success for x in played) / max(1, len(played))}
+            records.extend(played)
         write_trajectories(out / "trajectories.jsonl", records)
-        return {"trajectories": str(out / "trajectories.jsonl"), "episodes": len(records),
-                "success_rate": sum(x.success for x in records) / max(1, len(records))}
+        outputs = {"trajectories": str(out / "trajectories.jsonl"), "episodes": len(records),
+                   "success_rate": sum(x.success for x in records) / max(1, len(records))}
+        if self.cfg.multi_target:
+            outputs["targets"] = per_target
+        return outputs
 
     def _analysis(self, out: Path) -> dict[str, Any]:
         from trace_train.analysis.run import run_analysis
@@ -101,24 +129,76 @@ class Pipeline:
         chosen = [analysed.get(name) or SelectedCapability(name=name, description="(configured)") for name in names]
         # synthesis.policy.kind=model calibrates against the pipeline's own base policy (paper §3.4)
         collector = collector_for(self.synthesis_cfg, base_spec(self.cfg, model, name="calibration"))
-        report = synthesize(chosen, self.synthesis_cfg, out, source=str(self.run_dir), collector=collector)
-        envs = {e["capability"]: e["env_id"] for e in report.emitted}
-        if report.no_family:
-            logger.warning("no env family for %s (needs the LLM env generator); skipped", report.no_family)
-        return {"envs": envs, "no_family": report.no_family, "failed": report.failed,
-                "calibrated_with": self.synthesis_cfg.policy.kind}
+        # each target's domain (τ² airline -> tau2-airline, retail -> tau2-retail, else synthesis.domain)
+        domains = list(dict.fromkeys(target_domain(t, self.synthesis_cfg.domain) for t in self.cfg.targets))
+        per_domain: dict[str, dict[str, str]] = {}
+        failed, no_family_all = [], []
+        for domain in domains:
+            report = synthesize(chosen, replace(self.synthesis_cfg, domain=domain), out, source=str(self.run_dir),
+                                collector=collector)
+            for e in report.emitted:
+                per_domain.setdefault(e["capability"], {})[domain] = e["env_id"]
+            failed.extend({**f, "domain": domain} if len(domains) > 1 else f for f in report.failed)
+            no_family_all.extend(n for n in report.no_family if n not in no_family_all)
+        # one env per capability, or (several domains) the mixture of its envs
+        envs: dict[str, Any] = {cap: (next(iter(by.values())) if len(by) == 1 else {e: 1.0 for e in by.values()})
+                                for cap, by in per_domain.items()}
+        llm_results = self._llm_synthesis(chosen, model, out)
+        # an accepted LLM env is trained (with synthesis.llm.scope=all it replaces the family's env)
+        envs.update({r.capability: r.entry["env_id"] for r in llm_results if r.accepted and r.entry})
+        handled = {r.capability for r in llm_results}
+        no_family = [name for name in no_family_all if name not in handled]
+        if no_family:
+            logger.warning("no env family for %s (needs the LLM env generator); skipped", no_family)
+        outputs = {"envs": envs, "no_family": no_family, "failed": failed,
+                   "calibrated_with": self.synthesis_cfg.policy.kind, "llm": [r.to_dict() for r in llm_results]}
+        if len(domains) > 1:
+            outputs["domains"] = domains
+        return outputs
+
+    def _llm_synthesis(self, chosen: list, model: str, out: Path) -> list:
+        """synthesis.generator=llm: the LLM env generator for the capabilities ``synthesis.llm.scope`` names
+        (calibrated against the pipeline's base model; a SWE target gets SWE scenarios instead)."""
+        from trace_train.calibration import collector_for
+        from trace_train.synthesis.generator import run_llm_stage
+
+        scfg = self.synthesis_cfg
+        if scfg.generator != "llm":
+            return []
+        collector = collector_for(replace(scfg, policy=replace(scfg.policy, kind="model")),
+                                  base_spec(self.cfg, model, name="calibration"))
+        return run_llm_stage(chosen, scfg, out, collector, self.run_dir / "rollouts" / "trajectories.jsonl",
+                             source=str(self.run_dir), target_env=self.cfg.targets[0])
 
     def _register_emitted(self) -> None:
         import generated_envs
 
         generated_envs.load(self.run_dir / "synthesis")
 
-    def _baseline(self, name: str, model: str, envs: dict[str, str], out: Path) -> dict[str, Any]:
-        iterations = self.cfg.train.iterations * max(1, len(envs))  # the same rollout budget as TRACE
+    def _target_training(self) -> tuple[str | dict[str, float], dict[str, Any]]:
+        """What GRPO on the target trains on: the target (or the mixture of the targets) and its env kwargs."""
+        cfg, split = self.cfg, self.cfg.rollouts.split
+        kwargs = [cfg.env_kwargs(t, split) for t in cfg.targets]
+        if any(kw != kwargs[0] for kw in kwargs[1:]):
+            raise ValueError(f"GRPO on the targets {cfg.targets} needs the same env kwargs for all of them, got "
+                             f"{kwargs}; drop grpo_target/mixture from pipeline.baselines or align "
+                             "pipeline.target_env_kwargs")
+        env = cfg.targets[0] if not cfg.multi_target else {t: 1.0 for t in cfg.targets}
+        return env, kwargs[0]
+
+    def _baseline(self, name: str, model: str, envs: dict[str, Any], out: Path) -> dict[str, Any]:
+        iterations = self.grpo_cfg.iterations * max(1, len(envs))  # the same rollout budget as TRACE
         if name == "grpo_target":  # the target has no hints: grpo.hint_fraction is for the capability envs
-            return grpo_run(self.cfg, replace(self.grpo_cfg, hint_fraction=0.0), model, self.cfg.target_env, name,
-                            out, iterations)
-        mixture = {env: 1.0 for env in envs.values()} or {self.cfg.target_env: 1.0}
+            env, kwargs = self._target_training()
+            return grpo_run(self.cfg, replace(self.grpo_cfg, hint_fraction=0.0), model, env, name,
+                            out, iterations, env_kwargs=kwargs or None)
+        flat = [e for v in envs.values() for e in ([v] if isinstance(v, str) else v)]
+        if not flat:
+            env, kwargs = self._target_training()
+            mode = "sft" if name == "sft" else "grpo"
+            return grpo_run(self.cfg, self.grpo_cfg, model, env if isinstance(env, dict) else {env: 1.0}, name,
+                            out, iterations, mode=mode, env_kwargs=kwargs or None)
+        mixture = {env: 1.0 for env in dict.fromkeys(flat)}
         mode = "sft" if name == "sft" else "grpo"
         return grpo_run(self.cfg, self.grpo_cfg, model, mixture, name, out, iterations, mode=mode)
 
@@ -139,12 +219,51 @@ class Pipeline:
             suffix = capability_prompt(self.run_dir / "analysis" / "selected_capabilities.json", list(trained))
             policies["prompted"] = base_spec(self.cfg, model, name="prompted", system_suffix=suffix)
         policies = {name: replace(spec, greedy=e.greedy) for name, spec in policies.items()}
-        results = evaluate_policies(policies, self.cfg.target_env, e.split, e.episodes, e.trials, out_dir=out,
-                                    batch=e.batch_episodes)
-        print_comparison(results, title=f"held-out {self.cfg.target_env} ({e.episodes} seeds x {e.trials})")
+        if self.cfg.multi_target:
+            results = self._eval_targets(policies, out)
+        else:
+            results = evaluate_policies(policies, self.cfg.target_env, e.split, e.episodes, e.trials, out_dir=out,
+                                        batch=e.batch_episodes,
+                                        env_kwargs=self.cfg.env_kwargs(self.cfg.target_env, e.split))
+            print_comparison(results, title=f"held-out {self.cfg.target_env} ({e.episodes} seeds x {e.trials})")
         headline = results.get("TRACE (composed)") or next(iter(results.values()))
         curves = sample_efficiency(self.cfg, model, trace_rollouts, headline, baselines, out)
         return {"policies": {n: r["overall"] for n, r in results.items()}, "curves": list(curves["curves"])}
+
+    def _eval_targets(self, policies: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]:
+        """Every policy on every target's test split (``eval/targets/<env>/``), then on all of them together
+        (``eval/eval.json``: ``policies`` overall, ``targets`` per target)."""
+        from trace_train.evaluation import summarize
+        from trace_train.evaluation.run import evaluate_policies, print_comparison
+
+        e = self.cfg.eval
+        per_target: dict[str, dict[str, Any]] = {}
+        for env_id in self.cfg.targets:
+            target_dir = out / "targets" / env_id.replace("/", "__")
+            per_target[env_id] = evaluate_policies(policies, env_id, e.split, e.episodes, e.trials,
+                                                   env_kwargs=self.cfg.env_kwargs(env_id, e.split),
+                                                   out_dir=target_dir, batch=e.batch_episodes)
+            print_comparison(per_target[env_id], title=f"held-out {env_id} ({e.episodes} seeds x {e.trials})")
+        results = {}
+        for name in policies:
+            records = [r for env_id in self.cfg.targets
+                       for r in read_trajectories(out / "targets" / env_id.replace("/", "__")
+                                                  / f"trajectories_{name}.jsonl")]
+            write_trajectories(out / f"trajectories_{name}.jsonl", records)
+            results[name] = summarize(records, policy=name).to_dict()
+        write_json_atomic(out / "eval.json", {"env": ", ".join(self.cfg.targets), "split": e.split,
+                                              "episodes": e.episodes, "trials": e.trials, "policies": results,
+                                              "targets": per_target})
+        print_comparison(results, title=f"held-out, all {len(self.cfg.targets)} targets")
+        return results
+
+    def _routing(self, model: str, composed: dict[str, Any], out: Path) -> dict[str, Any]:
+        """Per-token routing of a sample of the held-out TRACE trajectories (``routing/routing_trace.json``)."""
+        from trace_moe.routing_trace import write_routing_trace
+
+        records = self.run_dir / "eval" / "trajectories_TRACE (composed).jsonl"
+        return write_routing_trace(composed["composed_dir"], records, out / "routing_trace.json",
+                                   self.cfg.report.routing_sample, tokenizer_dir=model)
 
     def _report(self, out: Path) -> dict[str, Any]:
         from trace_train.report import build_report

@@ -2,7 +2,8 @@
 
 ``pipeline.json`` records each stage's status, the hash of its inputs (its config plus the hashes of
 the stages it reads) and its outputs. A stage reruns when its hash changed, when it never finished,
-or when forced (``force=<stage>``). A changed or forced stage starts from an empty folder; an
+or when forced (``force=<stage>``; ``train`` and ``baselines`` force every ``train/<capability>`` and
+``baselines/<name>`` stage). A changed or forced stage starts from an empty folder; an
 interrupted stage with unchanged inputs is called again and resumes from what it left in its folder
 (checkpoints), so a kill loses at most the iteration in progress.
 """
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from trace_train.trajectory import write_json_atomic
+from trace_envs.records import write_json_atomic
+from trace_train.pipeline.config import is_forced
 
 logger = logging.getLogger(__name__)
 
@@ -55,17 +57,18 @@ class StageRunner:
         """Run (or skip) stage ``name``; ``fn(stage_dir)`` returns the stage's JSON-serialisable outputs."""
         record = self.state["stages"].get(name)
         if (record and record.get("status") == "done" and record.get("hash") == inputs_hash
-                and name not in self.force):
+                and not is_forced(name, self.force)):
             logger.info("stage %s: unchanged (hash %s), skipped", name, inputs_hash)
             record["last_action"] = "skipped"
             self._save()
             return record["outputs"]
         stage_dir = self.run_dir / name
-        stale = record is not None and (record.get("hash") != inputs_hash or name in self.force)
+        forced = is_forced(name, self.force)
+        stale = record is not None and (record.get("hash") != inputs_hash or forced)
         if stale:
             # Whatever the folder holds (checkpoints above all) belongs to other inputs: never resume it.
             logger.info("stage %s: %s, rerunning from scratch", name,
-                        "forced" if name in self.force else "inputs changed")
+                        "forced" if forced else "inputs changed")
             if stage_dir.exists():
                 shutil.rmtree(stage_dir)
         stage_dir.mkdir(parents=True, exist_ok=True)

@@ -12,22 +12,41 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from trace_train.pipeline.config import PipelineConfig
+from trace_envs.records import TrajectoryRecord, read_trajectories, write_json_atomic
+from trace_train.pipeline.config import MoEConfig, PipelineConfig
 from trace_train.policies import PolicySpec
-from trace_train.trajectory import TrajectoryRecord, read_trajectories, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 
 def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path, repo_root: Path) -> dict[str, Any]:
-    """The base policy: ``base_model`` if given, else the shipped checkpoint when its config hash matches
-    the bootstrap config, else a fresh (cached, resumable) bootstrap into the run directory."""
+    """The base policy: ``base_model`` if given, else the shipped checkpoint (from the installed package) when its
+    config hash matches the bootstrap config, else a fresh (cached, resumable) bootstrap into the run directory.
+
+    ``shipped_checkpoint`` names a checkpoint shipped with trace-rl (``retail-sim-tiny``) or is an absolute
+    directory; ``null`` always bootstraps. A missing directory is an error, never a silent re-bootstrap.
+    ``repo_root`` is unused (kept for callers)."""
+    from trace_train.paths import shipped_checkpoint
+
     if cfg.base_model:
-        return {"model": str(Path(cfg.base_model).resolve()), "source": "given"}
+        name = str(cfg.base_model)
+        path = Path(name).expanduser().resolve()
+        if path.is_dir() or name.startswith((".", "/", "~")) or name.count("/") != 1:
+            if not (path / "config.json").is_file():
+                raise FileNotFoundError(f"pipeline.base_model={name}: no HF model directory at {path} (no config.json)"
+                                        "; pass a saved model directory, a hub id, or base_model=null to bootstrap")
+            return {"model": str(path), "source": "given"}
+        return {"model": name, "source": "hub"}  # an explicit hub id such as Qwen/Qwen3-30B-A3B-Instruct-2507
     wanted = bootstrap_cfg.content_hash()
-    shipped = (repo_root / cfg.shipped_checkpoint).resolve()
-    meta = shipped / "bootstrap.json"
-    if meta.exists() and json.loads(meta.read_text()).get("config_hash") == wanted:
+    shipped = None
+    if cfg.shipped_checkpoint:
+        given = Path(str(cfg.shipped_checkpoint)).expanduser()
+        shipped = given if given.is_absolute() else shipped_checkpoint(str(cfg.shipped_checkpoint))
+        if not (shipped / "config.json").is_file():
+            raise FileNotFoundError(f"pipeline.shipped_checkpoint={cfg.shipped_checkpoint}: no model at {shipped}; "
+                                    "reinstall trace-rl or set pipeline.shipped_checkpoint=null to bootstrap")
+    meta = shipped / "bootstrap.json" if shipped else None
+    if meta is not None and meta.exists() and json.loads(meta.read_text()).get("config_hash") == wanted:
         logger.info("using the shipped base checkpoint %s (config hash %s)", shipped, wanted)
         return {"model": str(shipped), "source": "shipped", "config_hash": wanted}
     from trace_train.bootstrap.trainer import Bootstrapper
@@ -39,11 +58,26 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
 
 
 def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str | None = None,
-              kind: str = "hf", system_suffix: str = "") -> PolicySpec:
+              kind: str | None = None, system_suffix: str = "") -> PolicySpec:
+    """The pipeline's policy ``name`` (with ``adapter``): ``pipeline.policy.kind`` (hf, or openai at
+    ``pipeline.policy.base_urls``, adapters hot-loaded into the server) unless ``kind`` is given (``composed``)."""
     p = cfg.policy
+    kind = kind or p.kind
+    served = {"base_urls": list(p.base_urls), "served_model": p.served_model or model,
+              "server": dict(p.server)} if kind == "openai" else {}
     return PolicySpec(kind=kind, name=name, model=model, adapter=adapter, render_tools=p.render_tools,
                       temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, threads=p.threads,
-                      system_suffix=system_suffix)
+                      system_suffix=system_suffix, **served)
+
+
+def policy_hash_part(cfg: PipelineConfig) -> dict[str, Any]:
+    """``pipeline.policy`` as stage hashes see it: without the backend keys while they are the defaults (hf), so
+    runs made before ``pipeline.policy.kind`` existed keep their hashes."""
+    part = asdict(cfg.policy)
+    if part["kind"] == "hf" and not part["base_urls"] and part["served_model"] is None and not part["server"]:
+        for key in ("kind", "base_urls", "served_model", "server"):
+            part.pop(key)
+    return part
 
 
 def capabilities_to_synthesize(selected: list[str], max_capabilities: int) -> list[str]:
@@ -67,33 +101,41 @@ def capability_prompt(selected_path: Path, names: list[str]) -> str:
 
 
 def play(spec: PolicySpec, env_id: str, split: str, episodes: int, offset: int = 0, trials: int = 1,
-         batch: int = 32) -> list[TrajectoryRecord]:
-    from trace_train.commands.rollout import rollout_requests, run_rollouts
+         batch: int = 32, env_kwargs: dict[str, Any] | None = None) -> list[TrajectoryRecord]:
     from trace_train.policies import build_backend
+    from trace_train.rollout.loop import rollout_requests, run_rollouts
 
     backend, adapter = build_backend(spec)
-    requests = rollout_requests(env_id, {}, split, episodes, offset, trials)
+    requests = rollout_requests(env_id, dict(env_kwargs or {}), split, episodes, offset, trials)
     return run_rollouts(backend, requests, spec.sampling, adapter, batch, label=f"{spec.name:>16}")
 
 
+def trainer_config(grpo_cfg: Any, iterations: int, mode: str = "grpo") -> Any:
+    """The GRPO config an adapter trains with: the ``grpo`` group as given, with the stage's ``iterations``
+    (a trained baseline gets TRACE's whole budget) and ``mode`` (``sft`` for the SFT baseline)."""
+    return replace(grpo_cfg, iterations=iterations, mode=mode)
+
+
 def grpo_run(cfg: PipelineConfig, grpo_cfg: Any, model_dir: str, env: str | dict[str, float], adapter: str,
-             out_dir: Path, iterations: int, mode: str = "grpo") -> dict[str, Any]:
-    """Train one adapter (resuming from ``out_dir``'s checkpoint); returns its final and versioned dirs."""
+             out_dir: Path, iterations: int, mode: str = "grpo",
+             env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one adapter (resuming from ``out_dir``'s checkpoint); returns its final and versioned dirs.
+
+    ``grpo_cfg`` is used as given (the ``grpo`` group: counts, sampling, threads); only ``iterations`` (a
+    baseline's budget) and ``mode`` come from the caller. The rollout backend renders tools as the pipeline's
+    policy does."""
     from trace_train.grpo import GRPOTrainer
     from trace_train.grpo.lora import versioned_dir
     from trace_train.model import load_policy
     from trace_train.rollout.hf import HFRolloutBackend
 
-    t, p = cfg.train, cfg.policy
-    gcfg = replace(grpo_cfg, iterations=iterations, groups_per_iter=t.groups_per_iter,
-                   group_size=t.group_size if mode == "grpo" else max(1, t.group_size),
-                   checkpoint_every=t.checkpoint_every, temperature=p.temperature, top_p=p.top_p,
-                   max_new_tokens=p.max_new_tokens, threads=p.threads, mode=mode, progress=True)
+    p = cfg.policy
+    gcfg = trainer_config(grpo_cfg, iterations, mode)
     model, tokenizer = load_policy(model_dir)
     trainer = GRPOTrainer(
-        model, lambda peft_model: HFRolloutBackend(peft_model, tokenizer, threads=p.threads,
+        model, lambda peft_model: HFRolloutBackend(peft_model, tokenizer, threads=gcfg.threads,
                                                    render_tools=p.render_tools, policy_name=adapter),
-        gcfg, env=env, adapter=adapter, output_dir=out_dir, resume=True,
+        gcfg, env=env, adapter=adapter, output_dir=out_dir, resume=True, env_kwargs=env_kwargs,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
     )
     trainer.train()
@@ -129,24 +171,23 @@ def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str
 
 
 def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
-                     out_dir: Path) -> dict[str, Any]:
+                     out_dir: Path, moe: MoEConfig | None = None) -> dict[str, Any]:
+    """Gates over the trained adapters, configured by the ``moe`` group (``moe.gate``, ``moe.train``)."""
     import numpy as np
 
-    from trace_moe import ComposedModel, GateConfig, GateTrainConfig, routing_report, train_gates
+    from trace_moe import ComposedModel, routing_report, train_gates
 
+    moe = moe if moe is not None else MoEConfig()
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
-                                             GateConfig(top_k=cfg.compose.top_k, init=cfg.compose.init,
-                                                        base_bias=cfg.compose.base_bias), adapter_names=names)
+                                             moe.gate, adapter_names=names)
     examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability)
     if not examples:
         return {"skipped": "no successful capability-env rollouts to train the gates on"}
     order = np.random.default_rng(0).permutation(len(examples))
     n_held = max(1, len(examples) // 10)
     held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
-    c = cfg.compose
-    metrics = train_gates(composed, train or held, GateTrainConfig(lr=c.lr, epochs=c.epochs, lb_coef=c.lb_weight,
-                                                                   label_coef=c.label_weight))
+    metrics = train_gates(composed, train or held, moe.train)
     report = routing_report(composed, held)
     composed.save(out_dir / "composed")
     write_json_atomic(out_dir / "routing_report.json", report.to_dict())
@@ -170,7 +211,10 @@ def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, 
         for version in target["versions"]:
             spec = replace(base_spec(cfg, model_dir, name=f"grpo_target@{version['iteration']}",
                                      adapter=version["dir"]), greedy=e.greedy)
-            s = summarize(play(spec, cfg.target_env, e.split, e.curve_episodes, batch=e.batch_episodes)).overall
+            records = [record for env_id in cfg.targets
+                       for record in play(spec, env_id, e.split, e.curve_episodes, batch=e.batch_episodes,
+                                          env_kwargs=cfg.env_kwargs(env_id, e.split))]
+            s = summarize(records).overall
             points.append([float(version["rollouts"]), s.rate, *s.interval])
         curves["GRPO on target"] = points
     doc = {"curves": curves}

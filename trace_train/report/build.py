@@ -18,6 +18,7 @@ from trace_train.report.sections_results import (
     routing_section,
     training_section,
 )
+from trace_train.report.sections_routing import with_routing_trace
 from trace_train.report.svg import esc
 from trace_train.report.viewer import ViewerLimits, embed_json, viewer_data
 
@@ -50,8 +51,11 @@ def viewer_section(run: RunData, limits: ViewerLimits) -> str:
         '<noscript><p class="note">The viewer needs JavaScript.</p></noscript></div></div></div>'
         f'<script type="application/json" id="traj-data">{embed_json(data)}</script>'
     )
+    shown = ", ".join(f"{s['name']}: {len(s['items'])} of {s['total']}" for s in data["sources"])
     return section("viewer", "Trajectory viewer", body,
-                   f"At most {limits.max_per_policy} trajectories per policy (half failures where possible), "
+                   f"A sample: {shown} (at most {limits.max_per_policy} per policy and {limits.max_total} in all, "
+                   f"half failures where possible, the embedded data under {limits.max_bytes / 1e6:.1f} MB; "
+                   "`trace-rl report viewer.max_total=... viewer.max_per_policy=...` embeds more), "
                    f"{limits.max_messages} messages each, long texts clipped. Capability filter: the task's "
                    "required capabilities and, for target rollouts, the analysis labels.")
 
@@ -64,7 +68,7 @@ def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: st
         "pipeline": pipeline_section(run), "analysis": capabilities_section(run),
         "synthesis": calibration_section(run), "training": training_section(run),
         "evaluation": evaluation_section(run), "efficiency": efficiency_section(run),
-        "routing": routing_section(run), "viewer": viewer_section(run, limits),
+        "routing": with_routing_trace(routing_section(run), run), "viewer": viewer_section(run, limits),
     }
     nav = "".join(
         f'<a href="#{sid}" class="{"missing" if "notrun" in parts[sid] else ""}">{esc(label)}</a>'

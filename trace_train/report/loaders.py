@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.trajectory import ReadReport, iter_jsonl, iter_trajectory_rows
+from trace_envs.records import ReadReport, iter_jsonl, iter_trajectory_rows
 
 logger = logging.getLogger(__name__)
 

@@ -69,6 +69,39 @@ def _cap_cells(c: dict[str, Any], thresholds: dict[str, Any], strips: dict[str, 
     ]
 
 
+def skipped_capabilities(run: RunData, selected: list[str]) -> dict[str, str]:
+    """Why each selected capability got no adapter, from the pipeline's synthesis stage and its config."""
+    state = run.pipeline.data if isinstance(run.pipeline.data, dict) else {}
+    stages = state.get("stages") if isinstance(state.get("stages"), dict) else {}
+    syn = stages.get("synthesis") if isinstance(stages.get("synthesis"), dict) else None
+    if syn is None or syn.get("status") != "done":
+        return {}
+    outputs = syn.get("outputs") if isinstance(syn.get("outputs"), dict) else {}
+    envs = outputs.get("envs") if isinstance(outputs.get("envs"), dict) else {}
+    no_family = set(outputs.get("no_family") or [])
+    failed = {str(f.get("capability")): f for f in outputs.get("failed") or [] if isinstance(f, dict)}
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    configured = config.get("capabilities")
+    cap = (config.get("train") or {}).get("max_capabilities") if isinstance(config.get("train"), dict) else None
+    out: dict[str, str] = {}
+    for name in selected:
+        if name in envs:
+            continue
+        if isinstance(configured, list) and name not in configured:
+            out[name] = "not in pipeline.capabilities (the configured list replaces the analysis' selection)"
+        elif name in no_family:
+            out[name] = ("no built-in env family builds it; it needs the LLM env generator "
+                         "(trace-rl synthesize with an LLM endpoint)")
+        elif name in failed and not failed[name].get("emitted"):
+            out[name] = ("calibration never reached the success gate and synthesis.accept_closest is off, "
+                         "so no env was emitted")
+        else:
+            limit = f"={cap}" if cap is not None else ""
+            out[name] = (f"over the adapter cap pipeline.train.max_capabilities{limit}: the highest-Δ buildable "
+                         "capabilities took the places")
+    return out
+
+
 def capabilities_section(run: RunData) -> str:
     doc = run.selected.data
     if not isinstance(doc, dict):
@@ -92,6 +125,10 @@ def capabilities_section(run: RunData) -> str:
     body.append("<h3>Selected capabilities</h3>")
     if selected:
         body.append(table(headers, [_cap_cells(c, th, strips, n_runs) for c in selected], "caps selected"))
+        skipped = skipped_capabilities(run, [str(c.get("name")) for c in selected])
+        if skipped:
+            items = "".join(f"<li><b>{esc(name)}</b>: {esc(why)}</li>" for name, why in skipped.items())
+            body.append(f'<p class="note warn">Selected but not trained:</p><ul>{items}</ul>')
     else:
         body.append('<p class="note">No capability passed the consistency filter.</p>')
     dropped = [c for c in candidates if not c.get("keep", c.get("passes_consistency", False))]
@@ -114,6 +151,15 @@ def _envs(doc: Any) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
+def _knobs_cell(e: dict) -> str:
+    """The knobs of a family env, or the provenance of an LLM-written one (model, accepted attempt)."""
+    prov = e.get("provenance") if isinstance(e.get("provenance"), dict) else {}
+    if str(e.get("generator", "")).startswith("llm"):
+        return (f'<span class="small">LLM-written by {esc(str(prov.get("model", "?")))} (attempt '
+                f'{esc(str(prov.get("accepted_attempt", "?")))} of {esc(str(prov.get("attempts", "?")))})</span>')
+    return f'<code class="small">{esc(json.dumps(e.get("knobs", {}), sort_keys=True))}</code>'
+
+
 def calibration_section(run: RunData) -> str:
     if run.manifest.data is None:
         return section("synthesis", "Synthesized environments", not_run(run.manifest, run.pipeline, "synthesis"))
@@ -132,7 +178,7 @@ def calibration_section(run: RunData) -> str:
         with_hints = e.get("needs_hints") is True
         rows.append((
             Raw(f'<code>{esc(e.get("env_id", "?"))}</code>'), e.get("capability"), e.get("domain"),
-            Raw(f'<code class="small">{esc(json.dumps(e.get("knobs", {}), sort_keys=True))}</code>'), size,
+            Raw(_knobs_cell(e)), size,
             fmt(first_num(cal, "mean_reward")),
             Raw(f'{value_bar(succ, width=90, fill="#2563eb")} <span class="num">{fmt(succ)}</span>'),
             fmt(first_num(cal, "reward_std")),

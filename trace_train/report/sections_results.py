@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from trace_train.report.html_util import Raw, badge, fmt, not_run, section, table
@@ -81,6 +82,11 @@ def evaluation_section(run: RunData) -> str:
     caps = sorted({c for p in policies.values() for c in (p.get("per_capability") or {})})
     rows: list[list[Any]] = [[Raw("<b>all tasks</b>")] + [_rate_cell(p.get("overall"), i)
                                                         for i, p in enumerate(policies.values())]]
+    targets = doc.get("targets") if isinstance(doc.get("targets"), dict) else {}
+    for env_id, per_policy in targets.items():  # several targets: each one's overall rate
+        per_policy = per_policy if isinstance(per_policy, dict) else {}
+        rows.append([Raw(f"<code>{esc(env_id)}</code>")]
+                    + [_rate_cell((per_policy.get(n) or {}).get("overall"), i) for i, n in enumerate(names)])
     for cap in caps:
         rows.append([cap] + [_rate_cell((p.get("per_capability") or {}).get(cap), i)
                              for i, p in enumerate(policies.values())])
@@ -94,7 +100,50 @@ def evaluation_section(run: RunData) -> str:
             f'{esc(doc.get("episodes", "?"))} seeds × {esc(doc.get("trials", "?"))} trials; '
             f'best overall: <b>{esc(best)}</b>. Bars: success rate with its 95 % Wilson interval '
             "(grid line at 0.5).</p>")
-    return section("evaluation", "Evaluation (held-out)", head + table(["tasks requiring"] + names, rows, "eval"))
+    notes = "".join(f'<p class="note warn">{esc(text)}</p>' for text in zero_score_notes(run, policies))
+    return section("evaluation", "Evaluation (held-out)",
+                   head + table(["tasks requiring"] + names, rows, "eval") + notes)
+
+
+BASELINE_MEANING = {
+    "base": "the base model without adapters",
+    "prompted": "the base model with the selected capabilities' descriptions added to its system prompt",
+    "grpo_target": "GRPO directly on the target env with TRACE's rollout budget",
+    "mixture": "one adapter trained by GRPO on the mixture of all capability envs",
+    "sft": "SFT on the successful capability-env rollouts",
+}
+
+
+def zero_score_notes(run: RunData, policies: dict[str, dict[str, Any]]) -> list[str]:
+    """One sentence per policy whose held-out success is 0: what it is and how its episodes ended."""
+    notes = []
+    for name, result in policies.items():
+        overall = result.get("overall") if isinstance(result.get("overall"), dict) else {}
+        if num(overall.get("rate")) != 0.0:
+            continue
+        n = overall.get("n", "?")
+        what = BASELINE_MEANING.get(name) or BASELINE_MEANING.get(name.split(":")[0], "")
+        text = f"{name}{f' ({what})' if what else ''} solved none of the {n} held-out episodes."
+        loaded = run.trajectories.get(f"eval: {name}")
+        rows = (loaded.data or []) if loaded is not None else []
+        if rows:
+            ends = Counter(str(r.get("termination", "?")) for r in rows)
+            (end, count), = ends.most_common(1)
+            text += f" Most episodes ended by '{end}' ({count} of {len(rows)} sampled)"
+            fmt_ok = [num((r.get("info") or {}).get("format_valid_fraction")) for r in rows
+                      if isinstance(r.get("info"), dict)]
+            fmt_ok = [v for v in fmt_ok if v is not None]
+            if fmt_ok:
+                text += f"; {sum(fmt_ok) / len(fmt_ok):.0%} of its turns were well-formed tool calls or replies"
+            rewards = [num(r.get("reward")) for r in rows]
+            rewards = [v for v in rewards if v is not None]
+            if rewards:
+                text += f"; mean reward {sum(rewards) / len(rewards):.3f}"
+            text += ". See its trajectories in the viewer below."
+        else:
+            text += " Its trajectories are not in the run directory, so the report cannot say why."
+        notes.append(text)
+    return notes
 
 
 def efficiency_section(run: RunData) -> str:

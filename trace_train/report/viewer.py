@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trace_envs.records import task_capabilities
 from trace_train.report.loaders import Loaded, RunData, num
 
 GAP_KEEP_TAIL = 6
@@ -20,12 +21,37 @@ GAP_KEEP_TAIL = 6
 
 @dataclass(frozen=True)
 class ViewerLimits:
-    """Bounds that keep the report small."""
+    """Bounds that keep the report small: per source, in all, and on the embedded JSON's size."""
 
-    max_per_policy: int = 200
+    max_per_policy: int = 40
     max_messages: int = 60
     max_chars: int = 1500
     max_tool_chars: int = 800
+    max_total: int = 150  # trajectories over all sources (shared evenly, unused shares passed on)
+    max_bytes: int = 1_500_000  # embedded JSON; sources are thinned (largest first) until it fits
+
+    def __post_init__(self) -> None:
+        for key in ("max_per_policy", "max_messages", "max_chars", "max_tool_chars", "max_total", "max_bytes"):
+            if int(getattr(self, key)) < 1:
+                raise ValueError(f"viewer.{key} must be >= 1, got {getattr(self, key)}")
+
+
+def share(totals: Sequence[int], per_source: int, budget: int) -> list[int]:
+    """How many items each source gets: at most ``per_source`` and its total, ``budget`` in all, split
+    evenly with what a small source leaves over going to the others."""
+    want = [min(t, per_source) for t in totals]
+    got = [0] * len(want)
+    left = budget
+    while left > 0 and any(g < w for g, w in zip(got, want)):
+        open_ = [i for i, (g, w) in enumerate(zip(got, want)) if g < w]
+        each = max(1, left // len(open_))
+        for i in open_:
+            add = min(each, want[i] - got[i], left)
+            got[i] += add
+            left -= add
+            if left == 0:
+                break
+    return got
 
 
 def clip(text: str, limit: int) -> str:
@@ -45,12 +71,11 @@ def sample_indices(success: Sequence[bool], limit: int) -> list[int]:
 
 
 def _capabilities(row: dict[str, Any]) -> list[str]:
-    info = row.get("info") if isinstance(row.get("info"), dict) else {}
-    task = info.get("task") if isinstance(info.get("task"), dict) else {}
-    caps = task.get("required_capabilities", info.get("required_capabilities"))
+    info = row.get("info") if isinstance(row.get("info"), dict) else {}  # a raw row: not validated yet
+    caps = task_capabilities(info)
     if caps is None and isinstance(info.get("capability"), str):
         caps = [info["capability"]]
-    return [str(c) for c in caps] if isinstance(caps, list) else []
+    return caps or []
 
 
 def _tool_calls(msg: dict[str, Any], limit: int) -> list[dict[str, str]]:
@@ -125,9 +150,9 @@ def majority_labels(label_runs: list[dict[str, Any]]) -> dict[str, dict[str, str
 
 
 def _source(name: str, loaded: Loaded, limits: ViewerLimits, systems: dict[str, int],
-            labels: dict[str, dict[str, str]]) -> dict[str, Any]:
+            labels: dict[str, dict[str, str]], limit: int) -> dict[str, Any]:
     rows = loaded.data or []
-    keep = sample_indices([bool(r.get("success")) for r in rows], limits.max_per_policy)
+    keep = sample_indices([bool(r.get("success")) for r in rows], limit)
     items = []
     for i in keep:
         row = rows[i]
@@ -150,11 +175,21 @@ def _source(name: str, loaded: Loaded, limits: ViewerLimits, systems: dict[str, 
 
 def viewer_data(run: RunData, limits: ViewerLimits = ViewerLimits()) -> dict[str, Any]:
     """The JSON document the viewer reads: sources (one per trajectory file) and deduplicated system prompts."""
-    systems: dict[str, int] = {}
     labels = majority_labels(run.label_runs)
-    sources = [_source(name, loaded, limits, systems, labels if name == "target rollouts" else {})
-               for name, loaded in run.trajectories.items()]
-    return {"sources": sources, "systems": [text for text, _ in sorted(systems.items(), key=lambda kv: kv[1])]}
+    names = list(run.trajectories)
+    counts = share([len(run.trajectories[n].data or []) for n in names], limits.max_per_policy, limits.max_total)
+    while True:
+        systems: dict[str, int] = {}
+        sources = [_source(name, run.trajectories[name], limits, systems,
+                           labels if name == "target rollouts" else {}, n) for name, n in zip(names, counts)]
+        doc = {"sources": sources, "systems": [text for text, _ in sorted(systems.items(), key=lambda kv: kv[1])],
+               "limits": {"max_per_policy": limits.max_per_policy, "max_total": limits.max_total,
+                          "max_bytes": limits.max_bytes}}
+        size = len(embed_json(doc).encode())
+        if size <= limits.max_bytes or max(counts, default=0) <= 1:
+            return doc
+        biggest = max(range(len(counts)), key=lambda i: counts[i])
+        counts[biggest] = max(1, counts[biggest] // 2)
 
 
 def embed_json(obj: Any) -> str:

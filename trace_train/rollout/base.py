@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from trace_envs.core.parsing import scrub_surrogates
-from trace_train.trajectory import TrajectoryRecord
+from trace_envs.records import TrajectoryRecord
 
 ENV_ERROR = "env_error"  # termination of an episode whose env raised
 _MAX_ERROR_CHARS = 2000

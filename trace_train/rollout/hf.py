@@ -10,12 +10,18 @@ If a turn ends without ``<|im_end|>`` (token budget), an ``<|im_end|>`` is appen
 the stream stays a well-formed chat. Each sampler draws from a ``torch.Generator`` seeded with the
 request's ``sample_seed``, so an episode does not depend on the batch it was played in. An env that
 raises in ``reset``/``step`` ends only its own episode, as ``env_error`` (``trace_train.rollout.base``).
+
+Each episode keeps its KV cache between turns (``keep_cache``): a turn encodes only the tokens added
+since the previous one (the observation), and the members of a group encode their shared first
+prompt once. ``last_timings`` holds the wall time of the last ``rollout`` split into env work
+(reset, step, rendering) and generation.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -24,11 +30,12 @@ import gymnasium
 import torch
 
 from trace_envs.core.parsing import assistant_message, parse_assistant_text
+from trace_envs.records import TrajectoryRecord, terminal_extras
 from trace_train.model.rendering import ChatRenderer
 from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, env_error_info
 from trace_train.rollout.hf_generate import generate_turn
+from trace_train.rollout.kv_cache import RowCache
 from trace_train.rollout.sampling import make_generator
-from trace_train.trajectory import TrajectoryRecord
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +58,7 @@ class _Episode:
     termination: str = ""
     final_info: dict[str, Any] = field(default_factory=dict)
     hint: dict[str, Any] | None = None  # set for hinted members (see HFRolloutBackend._hint_swap)
+    kv: RowCache | None = None  # KV of ids[:kv.length] from the previous turn (keep_cache)
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
@@ -116,6 +124,7 @@ class HFRolloutBackend:
         policy_name: str = "hf",
         render_tools: bool = True,
         system_suffix: str = "",
+        keep_cache: bool = True,
     ) -> None:
         first = next(model.parameters(), None)
         if first is not None and first.device != torch.device(device):
@@ -133,6 +142,9 @@ class HFRolloutBackend:
         self.policy_name = policy_name
         self.render_tools = render_tools  # False: tool schemas stay out of the prompt (as in bootstrap BC data)
         self.system_suffix = system_suffix  # appended to the env's system prompt (the "prompted" baseline)
+        self.keep_cache = keep_cache  # continue each episode's KV cache across turns
+        self.last_timings: dict[str, float] = {}
+        self._t_generate = 0.0
         self.end_id = self.renderer.end_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         gen_eos = gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else []
@@ -148,10 +160,13 @@ class HFRolloutBackend:
         if sampling.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
         prev_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
+        if prev_threads != self.threads:  # re-sizing the pool costs; the trainer sets it once per process
+            torch.set_num_threads(self.threads)
         was_training = self.model.training
         self.model.eval()
         episodes: list[_Episode] = []
+        self._t_generate = 0.0
+        t0 = time.perf_counter()
         try:
             with adapter_scope(self.model, adapter):
                 episodes = [self._start(req) for req in requests]
@@ -163,9 +178,13 @@ class HFRolloutBackend:
                     for start in range(0, len(live), chunk):
                         self._advance(live[start:start + chunk], sampling)
         finally:
-            torch.set_num_threads(prev_threads)
+            if prev_threads != self.threads:
+                torch.set_num_threads(prev_threads)
             self.model.train(was_training)
             self._close_envs(episodes)
+        wall = time.perf_counter() - t0
+        self.last_timings = {"rollout_s": wall, "generate_s": self._t_generate,
+                             "env_s": max(wall - self._t_generate, 0.0)}
         return self._records(episodes, adapter)
 
     # -- shared with the openai backend ---------------------------------------------------------
@@ -231,10 +250,16 @@ class HFRolloutBackend:
 
     def _advance(self, live: list[_Episode], sampling: SamplingParams) -> None:
         budgets = [min(sampling.max_new_tokens, self.max_context - 1 - len(ep.ids)) for ep in live]
+        t0 = time.perf_counter()
         outs = generate_turn(self.model, [ep.ids for ep in live], budgets, sampling,
-                             [ep.generator for ep in live], self.stop_ids, self.pad_id, self.device)
+                             [ep.generator for ep in live], self.stop_ids, self.pad_id, self.device,
+                             caches=[ep.kv for ep in live] if self.keep_cache else None)
+        self._t_generate += time.perf_counter() - t0
         for ep, out in zip(live, outs):
+            ep.kv = out.cache
             self._apply_turn(ep, out.ids, out.logprobs)
+            if ep.done:
+                ep.kv = None  # free the finished episode's cache
 
     def _apply_turn(self, ep: _Episode, ids: list[int], logprobs: Sequence[float]) -> None:
         """Append one sampled turn (policy tokens, loss mask 1), close it with the end token if the
@@ -295,7 +320,7 @@ class HFRolloutBackend:
         fvf = info.get("format_valid_fraction")
         if fvf is None:
             fvf = sum(ep.format_ok) / len(ep.format_ok) if ep.format_ok else 0.0
-        extra = {k: v for k, v in info.items() if k not in {"reward", "reward_breakdown", "success", "termination"}}
+        extra = terminal_extras(info)  # the record fields (and the transcript: ``messages``) are not repeated
         return TrajectoryRecord(
             env_id=ep.request.env_id,
             seed=ep.request.seed,

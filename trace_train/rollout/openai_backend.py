@@ -31,12 +31,12 @@ from typing import Any, Callable, Sequence
 import gymnasium
 import numpy as np
 
+from trace_envs.llm_http import BadResponseError, JSONHTTPClient, ServerError
+from trace_envs.records import TrajectoryRecord
 from trace_train.model.rendering import ChatRenderer
 from trace_train.rollout.base import EpisodeRequest, SamplingParams
 from trace_train.rollout.hf import HFRolloutBackend, _Episode
-from trace_train.rollout.openai_http import BadResponseError, JSONHTTPClient, ServerError
 from trace_train.rollout.openai_lora import AdapterManager, ServerInfo, check_servers
-from trace_train.trajectory import TrajectoryRecord
 
 logger = logging.getLogger(__name__)
 

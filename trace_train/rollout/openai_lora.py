@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_train.rollout.openai_http import BadResponseError, JSONHTTPClient, ServerError
+from trace_envs.llm_http import BadResponseError, JSONHTTPClient, ServerError
 
 logger = logging.getLogger(__name__)
 

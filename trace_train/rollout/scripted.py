@@ -1,8 +1,9 @@
 """A rollout backend for scripted policies (oracle, imperfect expert): no tokens, same records.
 
 A scripted policy is any object with ``reset(observation, info, seed)`` and ``act(observation) -> str``
-(see ``trace_envs.retail_sim.experts.ScriptedExpert``). The member's ``sample_seed`` seeds the policy,
-so members of one GRPO group (same env seed) can still differ.
+(``trace_envs.episode.ScriptedPolicy``, e.g. ``trace_envs.retail_sim.experts.ScriptedExpert``), played by
+the one episode loop ``trace_envs.episode.play_scripted``. The member's ``sample_seed`` seeds the
+policy, so members of one GRPO group (same env seed) can still differ.
 """
 
 from __future__ import annotations
@@ -10,53 +11,34 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 
+from trace_envs.episode import EpisodeResult, ScriptedPolicy, play_scripted
+from trace_envs.records import TrajectoryRecord, terminal_extras
 from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, env_error_info
-from trace_train.trajectory import TrajectoryRecord
 
 logger = logging.getLogger(__name__)
 
 
-class ScriptedPolicy(Protocol):
-    name: str
-
-    def reset(self, observation: list[dict[str, Any]], info: dict[str, Any], seed: int | None = None) -> None: ...
-
-    def act(self, observation: list[dict[str, Any]]) -> str: ...
-
-
 def play_episode(env: gym.Env, policy: ScriptedPolicy, request: EpisodeRequest) -> TrajectoryRecord:
-    """Play one episode of ``policy`` on ``env`` and return its record (``env_error`` if the env raises)."""
-    try:
-        obs, reset_info = env.reset(seed=request.seed, options=request.reset_options())
-    except Exception as exc:
-        return _env_error_record(env, policy, request, {}, exc, "reset", 0)
-    policy.reset(obs, reset_info, seed=request.seed)  # the policy itself was seeded with sample_seed
-    turn = 0
-    while True:
-        action = policy.act(obs)
-        turn += 1
-        try:
-            obs, reward, terminated, truncated, info = env.step(action)
-        except Exception as exc:
-            return _env_error_record(env, policy, request, reset_info, exc, "step", turn)
-        if terminated or truncated:
-            break
-    transcript = env.unwrapped.transcript
-    extra = {k: v for k, v in info.items() if k not in {"reward", "success", "reward_breakdown", "termination"}}
+    """Play one episode of ``policy`` on ``env`` (:func:`trace_envs.episode.play_scripted`) and return its
+    record (``env_error`` if the env raises)."""
+    result = play_scripted(env, policy, request.seed, options=request.reset_options(), catch_env_errors=True)
+    if result.failure is not None:
+        return _env_error_record(env, policy, request, result)
+    info = result.info
     return TrajectoryRecord(
         env_id=env.spec.id if env.spec else request.env_id,
         seed=request.seed,
-        messages=transcript,
-        reward=float(reward),
-        success=bool(info.get("success", reward == 1.0)),
-        termination=str(info.get("termination", "unknown")),
+        messages=result.transcript,
+        reward=result.reward,
+        success=bool(info.get("success", result.reward == 1.0)),
+        termination=result.termination,
         policy=policy.name,
         reward_breakdown=dict(info.get("reward_breakdown", {})),
-        info={**extra, **_request_info(reset_info, request)},
+        info={**terminal_extras(dict(info)), **_request_info(result.reset_info, request)},
         episode_id=_episode_id(request, policy),
     )
 
@@ -70,22 +52,25 @@ def _episode_id(request: EpisodeRequest, policy: ScriptedPolicy) -> str:
     return f"{request.env_id}|{request.seed}|{policy.name}|{request.sample_seed}"
 
 
-def _env_error_record(env: gym.Env, policy: ScriptedPolicy, request: EpisodeRequest, reset_info: dict[str, Any],
-                      exc: Exception, stage: str, turn: int) -> TrajectoryRecord:
+def _env_error_record(env: gym.Env, policy: ScriptedPolicy, request: EpisodeRequest,
+                      result: EpisodeResult) -> TrajectoryRecord:
     """The failed-trajectory record of an episode whose env raised (reward 0, ``ENV_ERROR``)."""
+    failure = result.failure
+    assert failure is not None
+    exc = failure.error
     logger.warning("env %s (seed %d, sample seed %d) raised %s in %s at turn %d; the episode ends as %s",
-                   request.env_id, request.seed, request.sample_seed, type(exc).__name__, stage, turn, ENV_ERROR,
-                   exc_info=exc)
-    transcript = list(getattr(env.unwrapped, "transcript", None) or []) if stage == "step" else []
+                   request.env_id, request.seed, request.sample_seed, type(exc).__name__, failure.stage,
+                   failure.turn, ENV_ERROR, exc_info=exc)
     return TrajectoryRecord(
         env_id=env.spec.id if env.spec else request.env_id,
         seed=request.seed,
-        messages=transcript,
+        messages=result.transcript,  # the messages the policy saw and sent before the env raised
         reward=0.0,
         success=False,
         termination=ENV_ERROR,
         policy=policy.name,
-        info={"env_error": env_error_info(exc, stage, turn), **_request_info(reset_info, request)},
+        info={"env_error": env_error_info(exc, failure.stage, failure.turn),
+              **_request_info(result.reset_info, request)},
         episode_id=_episode_id(request, policy),
     )
 

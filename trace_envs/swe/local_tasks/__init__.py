@@ -16,7 +16,7 @@ import yaml
 
 from trace_envs.swe.gitobj import commit_hash, make_patch
 from trace_envs.swe.local_tasks.templates import TEMPLATES, LocalTaskTemplate
-from trace_envs.swe.patches import eval_script
+from trace_envs.swe.patches import DEFAULT_TEST_CMD, eval_script
 from trace_envs.swe.sandbox import GIT_IDENTITY
 
 DATASET = "trace-rl/local"
@@ -44,8 +44,11 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 
 def write_task(task_dir: Path, instance_id: str, repo: str, problem_statement: str, base_files: dict[str, str],
                fixed_files: dict[str, str], hidden_tests: dict[str, str], fail_to_pass: Iterable[str],
-               pass_to_pass: Iterable[str], extra: dict[str, Any] | None = None) -> Path:
-    """Write one task directory in swebench task-repo layout plus ``repo/``; returns the directory."""
+               pass_to_pass: Iterable[str], extra: dict[str, Any] | None = None,
+               test_cmd: str = DEFAULT_TEST_CMD) -> Path:
+    """Write one task directory in swebench task-repo layout plus ``repo/``; returns the directory.
+
+    ``test_cmd`` (before the hidden test files) is kept in ``task.yaml`` when it is not the default."""
     task_dir.mkdir(parents=True, exist_ok=True)
     repo_dir = task_dir / "repo"
     write_tree(repo_dir, base_files)
@@ -58,13 +61,15 @@ def write_task(task_dir: Path, instance_id: str, repo: str, problem_statement: s
         "image": image_name(instance_id), "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",
         "created_at": "2000-01-01T00:00:00Z", **(extra or {}),
     }
+    if test_cmd != DEFAULT_TEST_CMD:
+        meta["test_cmd"] = test_cmd
     (task_dir / "task.yaml").write_text(yaml.safe_dump(meta, sort_keys=True))
     (task_dir / "tests.json").write_text(
         json.dumps({"FAIL_TO_PASS": list(fail_to_pass), "PASS_TO_PASS": list(pass_to_pass)}, indent=2) + "\n")
     (task_dir / "problem_statement.md").write_text(problem_statement.rstrip() + "\n")
     (task_dir / "gold.patch").write_text(gold)
     (task_dir / "test.patch").write_text(test_patch)
-    (task_dir / "eval.sh").write_text(eval_script(base_commit, test_patch))
+    (task_dir / "eval.sh").write_text(eval_script(base_commit, test_patch, test_cmd=test_cmd))
     identity = " ".join(f'{k}="{v}"' for k, v in GIT_IDENTITY.items())
     (task_dir / "Dockerfile").write_text(DOCKERFILE.format(identity=identity))
     return task_dir

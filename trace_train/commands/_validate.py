@@ -1,0 +1,268 @@
+"""Validation shared by the commands: counts, paths, env ids, and a clean exit that leaves no empty run dir.
+
+Hydra creates a command's run directory (``outputs/<command>/<time>/`` with ``.hydra/`` and ``<job>.log``)
+before the command's code runs. :func:`fail` removes that directory again when it holds nothing but
+Hydra's own files, so a command refused on bad input leaves no empty ``outputs/`` folder behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.console import Console
+
+logger = logging.getLogger(__name__)
+
+_HYDRA_FILES = {".hydra"}
+
+
+class ConfigError(ValueError):
+    """Bad user input, found before any work: the message says what to fix."""
+
+
+def hydra_run_dir() -> Path | None:
+    """The current Hydra run's output directory, or ``None`` outside a Hydra app."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except (ImportError, ValueError):
+        return None
+
+
+def remove_untouched_run_dir(run_dir: Path | None) -> bool:
+    """Delete ``run_dir`` (and its empty parents up to the working directory) if it only holds Hydra's
+    own files (``.hydra/``, ``*.log``); returns whether it was removed."""
+    if run_dir is None or not run_dir.is_dir():
+        return False
+    here = Path.cwd().resolve()
+    if run_dir.resolve() == here or run_dir.resolve() in here.parents:
+        return False  # never the working directory itself (hydra.run.dir=.)
+    for entry in run_dir.iterdir():
+        if entry.name not in _HYDRA_FILES and not (entry.is_file() and entry.suffix == ".log"):
+            return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    stop = Path.cwd().resolve()
+    parent = run_dir.resolve().parent
+    while parent != stop and stop in parent.parents and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+    return True
+
+
+def fail(command: str, message: str) -> NoReturn:
+    """Print ``trace-rl <command>: <message>`` on stderr (one line), remove an untouched Hydra run dir, exit 2."""
+    remove_untouched_run_dir(hydra_run_dir())
+    message = " ".join(str(message).split())
+    Console(stderr=True).print(f"trace-rl {command}: {message}", style="red", markup=False, highlight=False,
+                               soft_wrap=True)
+    sys.exit(2)
+
+
+def positive_int(cfg: Any, key: str, minimum: int = 1) -> int:
+    """``cfg.<key>`` (a dotted key) as an int >= ``minimum``; :class:`ConfigError` naming the key otherwise."""
+    value: Any = cfg
+    for part in key.split("."):
+        value = value.get(part) if hasattr(value, "get") else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}; set {key}=<integer>")
+    if value < minimum:
+        raise ConfigError(f"{key} must be >= {minimum}, got {value}; set {key}=<integer >= {minimum}>")
+    return value
+
+
+def positive_ints(cfg: Any, keys: Sequence[str], minimum: int = 1) -> None:
+    """:func:`positive_int` on every key that is present (not ``None``)."""
+    for key in keys:
+        value: Any = cfg
+        for part in key.split("."):
+            value = value.get(part) if hasattr(value, "get") else None
+        if value is not None:
+            positive_int(cfg, key, minimum)
+
+
+def fraction(value: Any, key: str, low: float = 0.0, high: float = 1.0) -> float:
+    """``value`` as a float in [low, high); :class:`ConfigError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= float(value) < high:
+        raise ConfigError(f"{key} must be a number in [{low}, {high}), got {value!r}")
+    return float(value)
+
+
+def existing_path(value: Any, key: str, kind: str = "file or directory", need: str | None = None) -> Path:
+    """``value`` resolved against the original working directory; :class:`ConfigError` if it does not exist
+    (or, with ``need``, lacks the file ``need`` inside it)."""
+    from hydra.utils import to_absolute_path
+
+    if value in (None, "", "???"):
+        raise ConfigError(f"{key} is required: set {key}=<{kind}>")
+    try:
+        path = Path(to_absolute_path(str(value)))
+    except ValueError:
+        path = Path(str(value)).absolute()
+    if not path.exists():
+        raise ConfigError(f"{key}={value}: no such {kind}; set {key}=<{kind}>")
+    if need and not (path / need).exists():
+        raise ConfigError(f"{key}={value}: no {need} in it; not a {kind}; set {key}=<{kind}>")
+    return path
+
+
+def known_env(env_id: str, key: str = "env") -> None:
+    """Raise :class:`ConfigError` if ``env_id`` is not a registered (or importable ``module:id``) env.
+
+    Uses the shared env reference resolver (``trace_envs.registry.resolve_env_ids``) when it exists,
+    gymnasium's registry otherwise. No model is loaded.
+    """
+    import gymnasium as gym
+
+    try:
+        import trace_envs  # noqa: F401  (registers the trace/ ids)
+    except ImportError:
+        logger.info("trace_envs not importable; only already-registered env ids are available")
+    try:
+        from trace_envs import registry
+
+        resolver = getattr(registry, "resolve_env_ids", None)
+    except ImportError:
+        resolver = None
+    try:
+        if resolver is not None:
+            resolver([str(env_id)])
+            return
+        if ":" in str(env_id):
+            import importlib
+
+            module, _, name = str(env_id).partition(":")
+            importlib.import_module(module)
+            env_id = name
+        gym.spec(str(env_id))
+    except (gym.error.Error, ImportError, ValueError, KeyError) as exc:
+        raise ConfigError(f"{key}={env_id}: unknown env ({exc}); register it or pass module:id") from exc
+
+
+def _lookup(cfg: Any, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = value.get(part) if hasattr(value, "get") else None
+    return value
+
+
+def check_counts(cfg: Any, counts: Mapping[str, int]) -> None:
+    """Every present (not ``None``) dotted key of ``counts`` is an int >= its minimum; a list value
+    (``synthesis.pass_k``) must hold such ints only. :class:`ConfigError` naming the key otherwise."""
+    for key, minimum in counts.items():
+        value = _lookup(cfg, key)
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+            for item in value:
+                if isinstance(item, bool) or not isinstance(item, int) or item < minimum:
+                    raise ConfigError(f"{key} must list integers >= {minimum}, got {list(value)!r}; "
+                                      f"set {key}=[<integer >= {minimum}>, ...]")
+            continue
+        positive_int(cfg, key, minimum)
+
+
+def check_fractions(cfg: Any, keys: Sequence[str], low: float = 0.0, high: float = 1.0) -> None:
+    """Every present dotted key is a number in the closed interval [low, high]; :class:`ConfigError` otherwise."""
+    for key in keys:
+        value = _lookup(cfg, key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= float(value) <= high:
+            raise ConfigError(f"{key} must be a number in [{low:g}, {high:g}], got {value!r}; "
+                              f"set {key}=<number in [{low:g}, {high:g}]>")
+
+
+# The count (key -> minimum) and fraction ([0, 1]) keys of each config group a command composes.
+GROUP_COUNTS: dict[str, dict[str, int]] = {
+    "grpo": {"iterations": 1, "groups_per_iter": 1, "group_size": 1, "ppo_epochs": 1, "mini_batches": 1,
+             "micro_batch_size": 1, "max_new_tokens": 1, "checkpoint_every": 1, "threads": 0, "lora.r": 1},
+    "analysis": {"k": 1, "n_runs": 1, "llm.max_tokens": 1, "llm.retries": 0, "llm.label_retries": 0,
+                 "llm.batch_size": 1, "llm.max_candidates": 1, "llm.discovery_max_chars": 1,
+                 "llm.max_tool_chars": 1},
+    "synthesis": {"n_seeds": 1, "group_size": 1, "seed_offset": 0, "pass_k": 1, "search.max_trials": 1,
+                  "llm.max_tokens": 1, "llm.retries": 0, "llm.max_attempts": 1, "llm.n_failed_examples": 0,
+                  "llm.validation.n_seeds": 1, "llm.validation.baseline_seeds": 1,
+                  "llm.validation.determinism_seeds": 1, "llm.validation.random_turns": 1,
+                  "llm.validation.memory_mb": 1, "llm.validation.file_size_mb": 1,
+                  "llm.validation.max_processes": 1, "llm.validation.max_bytes": 1, "llm.validation.max_lines": 1},
+    "moe": {"gate.top_k": 1, "train.epochs": 1, "train.batch_size": 1, "train.grad_accum": 1, "train.max_len": 1,
+            "train.pad_id": 0},
+    "bootstrap": {"vocab_size": 1, "tokenizer_episodes": 1, "steps": 1, "batch_size": 1, "warmup_steps": 0,
+                  "max_len": 1, "threads": 1, "checkpoint_every": 1, "probe_episodes": 1, "stop_step": 1,
+                  "data_offset_steps": 0},
+    "pipeline": {"rollouts.episodes": 1, "rollouts.offset": 0, "rollouts.batch_episodes": 1,
+                 "train.max_capabilities": 1, "compose.max_examples_per_capability": 1, "eval.episodes": 1,
+                 "eval.trials": 1, "eval.curve_episodes": 1, "eval.batch_episodes": 1, "policy.max_new_tokens": 1,
+                 "policy.threads": 1},
+}
+GROUP_FRACTIONS: dict[str, tuple[str, ...]] = {
+    "pipeline": ("policy.top_p",),
+    "grpo": ("hint_fraction", "top_p"),
+    "analysis": ("rho", "delta", "programmatic.noise_rate", "llm.min_labeled_fraction"),
+    "synthesis": ("hint_fraction", "policy.hint_uptake", "gate.reward_min", "gate.reward_max", "gate.success_min",
+                  "gate.success_max", "gate.min_std", "gate.max_all_success", "gate.max_all_zero",
+                  "gate.max_constant", "llm.validation.oracle_min", "llm.validation.baseline_max",
+                  "llm.validation.min_distinct"),
+    "moe": ("train.warmup_frac",),
+    "bootstrap": ("min_lr_ratio", "hint_fraction", "hint_uptake"),
+}
+
+
+def check_groups(cfg: Any, *groups: str) -> None:
+    """:func:`check_counts` and :func:`check_fractions` on the named config groups (keys as ``<group>.<key>``)."""
+    for group in groups:
+        if _lookup(cfg, group) is None:
+            continue
+        check_counts(cfg, {f"{group}.{k}": m for k, m in GROUP_COUNTS[group].items()})
+        check_fractions(cfg, [f"{group}.{k}" for k in GROUP_FRACTIONS[group]])
+    if _lookup(cfg, "analysis") is not None:
+        k, n_runs = _lookup(cfg, "analysis.k"), _lookup(cfg, "analysis.n_runs")
+        if k > n_runs:
+            raise ConfigError(f"analysis.k={k} exceeds analysis.n_runs={n_runs}: no capability could pass; "
+                              f"set analysis.k=<integer <= {n_runs}>")
+
+
+def model_dir(value: Any, key: str) -> str:
+    """A model reference: an existing local directory (with ``config.json``), resolved against the original
+    working directory, or a hub id (``org/name``). A local-looking path that does not exist is a
+    :class:`ConfigError` saying what to set, so no command falls through to a hub on a typo."""
+    from hydra.utils import to_absolute_path
+
+    if value in (None, "", "???"):
+        raise ConfigError(f"{key} is required: set {key}=<Hugging Face model directory>")
+    text = str(value)
+    try:
+        path = Path(to_absolute_path(text)).expanduser()
+    except ValueError:
+        path = Path(text).expanduser().absolute()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ConfigError(f"{key}={value}: no config.json in it; set {key}=<Hugging Face model directory>")
+        return str(path)
+    parts = Path(text).parts
+    local = (text.startswith((".", "/", "~")) or Path(text).suffix != "" or len(parts) > 2
+             or Path(to_absolute_path(parts[0])).is_dir())
+    if local:
+        raise ConfigError(f"{key}={value}: no such model directory; set {key}=<Hugging Face model directory>")
+    return text
+
+
+def check_policy_spec(spec: Any, key: str) -> None:
+    """A policy spec's counts, ``top_p`` and local directories (``model``, ``adapter``), named ``<key>.<field>``;
+    scripted kinds have no model to check."""
+    for name in ("max_new_tokens", "threads", "max_batch"):
+        value = getattr(spec, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{key}.{name} must be an integer >= 1, got {value!r}; set {key}.{name}=<integer >= 1>")
+    if not 0.0 < float(spec.top_p) <= 1.0:
+        raise ConfigError(f"{key}.top_p must be in (0, 1], got {spec.top_p!r}; set {key}.top_p=<number in (0, 1]>")
+    if spec.kind in ("hf", "composed", "openai"):
+        model_dir(spec.model, f"{key}.model")
+    if spec.kind in ("hf", "composed") and spec.adapter:
+        existing_path(spec.adapter, f"{key}.adapter", "adapter directory")

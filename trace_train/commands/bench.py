@@ -1,0 +1,97 @@
+"""``trace-rl bench``: policies x envs on the same held-out seeds, paired against a baseline.
+
+Everything that can be checked (counts, the split's seeds, policy specs, every env id, scripted
+policies' task annotations) is checked before any model loads. ``run_dir=`` registers the envs a
+pipeline run synthesized (its ``synthesis/manifest.json``) and benches on them after ``envs``. Writes
+``bench.json``, ``bench.html`` and one trajectories file per (env, policy) into ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import hydra
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from trace_train.paths import CONF_DIR
+
+
+def _checked(cfg: DictConfig) -> tuple[dict[str, int], list[str], dict]:
+    from trace_envs.registry import register_run_dir
+    from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands.eval import policies_from_config
+    from trace_train.commands.rollout import check_count, check_seed_range
+    from trace_train.policies import check_policy_env
+
+    counts = {k: check_count(cfg, k, 1) for k in ("episodes", "trials", "batch_episodes", "n_boot")}
+    check_seed_range(cfg.split, counts["episodes"])
+    envs = [str(e) for e in (OmegaConf.to_container(cfg.envs, resolve=True) or [])]
+    if cfg.get("run_dir"):
+        envs += [e for e in register_run_dir(to_absolute_path(str(cfg.run_dir))) if e not in envs]
+    if not envs:
+        raise ValueError("no env to bench on; set envs=[<id>, ...] or run_dir=<pipeline run>")
+    resolve_cfg_envs(cfg, envs)
+    policies = policies_from_config(cfg)
+    if cfg.get("run_policies"):
+        if not cfg.get("run_dir"):
+            raise ValueError("run_policies=true needs run_dir=<pipeline run>")
+        from trace_train.bench.from_run import run_policies
+
+        found = run_policies(to_absolute_path(str(cfg.run_dir)), greedy=bool(cfg.run_greedy))
+        policies = {**found, **policies}  # a policy given by name on the command line wins
+    if not policies:
+        raise ValueError("no policy to bench; set policies.<name>={kind: ..., ...}")
+    if cfg.baseline is not None and str(cfg.baseline) not in policies:
+        raise ValueError(f"baseline={cfg.baseline} is not one of the policies {sorted(policies)}")
+    for spec in policies.values():
+        for env in envs:
+            check_policy_env(spec, env)
+    return counts, envs, policies
+
+
+def bench_table(result) -> Table:
+    ks = sorted({k for r in result.rows for k in r.pass_k}, key=int)
+    table = Table(title=f"{result.split} split, {result.episodes} seeds x {result.trials}; Δ and p vs "
+                        f"{result.baseline} (paired bootstrap over seeds, McNemar exact)")
+    for col in ("env", "policy", "success [95% CI]", *[f"pass^{k}" for k in ks], "Δ [95% CI]", "b/c", "p"):
+        table.add_column(col, justify="left" if col in ("env", "policy") else "right")
+    for r in result.rows:
+        delta = ("–", "–", "–") if r.delta is None else (
+            f"{r.delta:+.3f} [{r.delta_low:+.3f}, {r.delta_high:+.3f}]", f"{r.mcnemar_b}/{r.mcnemar_c}",
+            f"{r.mcnemar_p:.4f}")
+        table.add_row(r.env, r.policy, f"{r.success:.2f} [{r.low:.2f}, {r.high:.2f}] n={r.n}",
+                      *[f"{r.pass_k[k]:.3f}" if k in r.pass_k else "–" for k in ks], *delta)
+    return table
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="bench", version_base=None)
+def main(cfg: DictConfig) -> None:
+    from trace_envs.records import write_json_atomic, write_trajectories
+    from trace_train.bench import run_bench
+    from trace_train.bench.html import write_html
+    from trace_train.commands.rollout import exit_with
+
+    try:
+        counts, envs, policies = _checked(cfg)
+    except ValueError as exc:
+        exit_with("bench", str(exc))
+    played: dict = {}
+    result = run_bench(policies, envs, str(cfg.split), counts["episodes"], counts["trials"],
+                       baseline=cfg.baseline, batch=counts["batch_episodes"], n_boot=counts["n_boot"],
+                       seed=int(cfg.seed), played=played)
+    out = Path(to_absolute_path(str(cfg.out_dir)))
+    for (env, name), records in played.items():
+        write_trajectories(out / f"trajectories_{_slug(env)}_{_slug(name)}.jsonl", records)
+    write_json_atomic(out / "bench.json", {"envs": envs, **result.to_dict()})
+    page = write_html(result, out / "bench.html")
+    console = Console()
+    console.print(bench_table(result))
+    console.print(f"-> {out / 'bench.json'}, {page}")

@@ -1,0 +1,227 @@
+"""The LLM env generator (paper step 2, the generation agent), driven by any OpenAI-compatible endpoint.
+
+Per capability: send ``prompts/env_synthesis.md`` (filled in), extract the module, validate it (static,
+then the confined dynamic check of ``trace_envs.synthesis.llm.validate``), then calibrate it against the
+base policy into the gate; any failure goes back to the LLM with its reason (which check, which seed,
+the traceback), up to ``synthesis.llm.max_attempts`` (5) attempts. Every attempt is kept under
+``<attempts_dir>/<capability>/attempt_<n>.json`` with its prompt hash, model, response and report.
+An accepted module is emitted with its provenance (``trace_envs.synthesis.llm.emit_llm``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trace_envs.atomic_io import write_text_atomic
+from trace_envs.records import TrajectoryRecord, write_json_atomic
+from trace_envs.registry import unregister_env
+from trace_envs.synthesis import Collector, SelectedCapability, SynthesisConfig, calibrate_env
+from trace_envs.synthesis.calibrate import make_trial
+from trace_envs.synthesis.llm.emit_llm import emit_llm_env
+from trace_envs.synthesis.llm.loader import ENTRY_POINT, sha256_text
+from trace_envs.synthesis.llm.validate import target_tool_schemas, validate_module
+from trace_train.analysis.llm_client import ChatClient, LLMError
+from trace_train.synthesis.prompt import build_messages, extract_module, prompt_hash, retry_message
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Attempt:
+    index: int
+    prompt_sha256: str
+    model: str
+    base_url: str
+    response: str
+    module_sha256: str | None
+    stage: str  # where it stopped: llm, extract, static, dynamic, calibration, accepted
+    report: dict[str, Any] = field(default_factory=dict)
+    accepted: bool = False
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class LLMCapabilityResult:
+    capability: str
+    accepted: bool
+    reason: str
+    attempts: list[Attempt] = field(default_factory=list)
+    entry: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"capability": self.capability, "accepted": self.accepted, "reason": self.reason,
+                "attempts": [{k: v for k, v in asdict(a).items() if k != "response"} for a in self.attempts],
+                "env_id": self.entry["env_id"] if self.entry else None}
+
+
+def make_client(cfg: SynthesisConfig) -> ChatClient:
+    llm = cfg.llm
+    if not llm.configured:
+        raise ValueError("synthesis.generator=llm needs synthesis.llm.base_url=<an OpenAI-compatible endpoint> "
+                         "(and synthesis.llm.model)")
+    return ChatClient(base_url=llm.base_url or "", model=llm.model, api_key=llm.api_key,
+                      temperature=llm.temperature, max_tokens=llm.max_tokens, timeout=llm.timeout_s,
+                      retries=llm.retries)
+
+
+def _calibration_feedback(failures: list[str], stats: dict[str, Any]) -> str:
+    direction = ("too easy for the base agent: make the task harder (more distractors, more steps)"
+                 if stats["success_rate"] > 0.6 or stats["mean_reward"] > 0.6 else
+                 "too hard for the base agent: make it easier, or give partial credit for progress")
+    return ("Your module passed validation, but the base agent's calibration failed the gate: "
+            + "; ".join(failures) + f". It is {direction}.")
+
+
+def _calibrate(source_path: Path, sha: str, capability: str, cfg: SynthesisConfig, collector: Collector
+               ) -> tuple[list[str], dict[str, Any]]:
+    """Gate failures and statistics of the validated module played by ``collector``."""
+    import gymnasium as gym
+
+    env_id = f"trace/{capability}-llm-candidate-v0"
+    unregister_env(env_id)
+    gym.register(id=env_id, entry_point=ENTRY_POINT,
+                 kwargs={"source": str(source_path), "sha256": sha, "domain": cfg.domain})
+    try:
+        stats = calibrate_env(env_id, {}, collector, cfg)
+    finally:
+        unregister_env(env_id)
+    trial = make_trial({}, stats, cfg.gate)
+    return trial.failures, stats.to_dict()
+
+
+def generate_env(cap: SelectedCapability, cfg: SynthesisConfig, client: ChatClient, collector: Collector,
+                 out_dir: str | Path, attempts_dir: str | Path, records: list[TrajectoryRecord] | None = None,
+                 source: str = "") -> LLMCapabilityResult:
+    """The attempt loop for one capability (see the module docstring)."""
+    llm = cfg.llm
+    tools = list(target_tool_schemas(cfg.domain).values())
+    messages = build_messages(cap, cfg.domain, tools, records or [], llm.n_failed_examples, llm.prompt)
+    cap_dir = Path(attempts_dir) / cap.name
+    result = LLMCapabilityResult(cap.name, False, "no attempt made")
+    for index in range(1, llm.max_attempts + 1):
+        start = time.monotonic()
+        attempt = Attempt(index, prompt_hash(messages), client.model, client.endpoint, "", None, "llm")
+        try:
+            attempt.response = client.complete(messages, seed=index)
+        except LLMError as exc:
+            attempt.report = {"error": str(exc)}
+            result.attempts.append(attempt)
+            _save(cap_dir, attempt, messages)
+            result.reason = f"the LLM endpoint failed: {exc}"
+            logger.error("LLM env generator, %s: %s", cap.name, result.reason)
+            return result
+        feedback = None
+        try:
+            module = extract_module(attempt.response)
+        except ValueError as exc:
+            attempt.stage, attempt.report = "extract", {"failures": [str(exc)]}
+            feedback = f"Your answer was rejected: {exc}."
+        else:
+            attempt.module_sha256 = sha256_text(module)
+            report = validate_module(module, cap.name, cfg.domain, llm.validation)
+            attempt.report = {"validation": report.to_dict()}
+            if not report.ok:
+                attempt.stage, feedback = report.stage, report.feedback()
+            else:
+                source_path = cap_dir / f"attempt_{index}.py"
+                write_text_atomic(source_path, module)
+                failures, stats = _calibrate(source_path, attempt.module_sha256, cap.name, cfg, collector)
+                attempt.report["calibration"] = {"stats": stats, "failures": failures}
+                if failures:
+                    attempt.stage, feedback = "calibration", _calibration_feedback(failures, stats)
+                else:
+                    attempt.stage, attempt.accepted = "accepted", True
+        attempt.elapsed_s = time.monotonic() - start
+        result.attempts.append(attempt)
+        _save(cap_dir, attempt, messages)
+        logger.info("LLM env generator, %s attempt %d/%d: %s", cap.name, index, llm.max_attempts, attempt.stage)
+        if attempt.accepted:
+            provenance = {"generator": "llm", "model": client.model, "base_url": client.endpoint,
+                          "accepted_attempt": index, "attempts": len(result.attempts),
+                          "prompt_sha256": [a.prompt_sha256 for a in result.attempts],
+                          "validation": attempt.report["validation"]["measured"],
+                          "sandbox": attempt.report["validation"]["sandbox"],
+                          "calibration": attempt.report["calibration"]["stats"], "passed_gate": True,
+                          "attempts_dir": str(cap_dir), "source_run": source, "description": cap.description}
+            result.entry = emit_llm_env(cap.name, cfg.domain, module, out_dir, provenance)
+            result.accepted, result.reason = True, f"accepted on attempt {index}"
+            return result
+        messages = [*messages, {"role": "assistant", "content": attempt.response}, retry_message(feedback or "")]
+    last = result.attempts[-1]
+    result.reason = f"no module accepted in {llm.max_attempts} attempts; last failure at {last.stage}: " + \
+        "; ".join(_failures(last))[:500]
+    logger.warning("LLM env generator, %s: %s", cap.name, result.reason)
+    return result
+
+
+def _failures(attempt: Attempt) -> list[str]:
+    rep = attempt.report
+    if "calibration" in rep:
+        return rep["calibration"]["failures"]
+    if "validation" in rep:
+        return rep["validation"]["failures"]
+    return rep.get("failures", [rep.get("error", "")])
+
+
+def _save(cap_dir: Path, attempt: Attempt, messages: list[dict[str, str]]) -> None:
+    write_json_atomic(cap_dir / f"attempt_{attempt.index}.json", {**asdict(attempt), "prompt": messages})
+
+
+def synthesize_llm(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir: str | Path,
+                   collector: Collector | None, records: list[TrajectoryRecord] | None = None, source: str = "",
+                   client: ChatClient | None = None) -> list[LLMCapabilityResult]:
+    """Run the generator for each capability; ``collector`` is the base policy (a model) for calibration."""
+    if collector is None:
+        raise ValueError("the LLM env generator calibrates against a model: set synthesis.policy.kind=model and "
+                         "synthesis.policy.model=<base model dir> (the scripted experts cannot play an LLM-written "
+                         "env)")
+    client = client or make_client(cfg)
+    attempts_dir = Path(out_dir) / "llm_attempts"
+    return [generate_env(cap, cfg, client, collector, out_dir, attempts_dir, records, source) for cap in selected]
+
+
+def llm_capabilities(selected: list[SelectedCapability], cfg: SynthesisConfig) -> list[SelectedCapability]:
+    """The capabilities the LLM generator builds: none for generator=template; else per ``llm.scope``."""
+    from trace_envs.families import FAMILIES
+
+    if cfg.generator != "llm":
+        return []
+    return [c for c in selected if cfg.llm.scope == "all" or c.name not in FAMILIES]
+
+
+def run_llm_stage(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir: str | Path,
+                  collector: Collector | None, trajectories: str | Path | None = None, source: str = "",
+                  target_env: str | None = None) -> list[LLMCapabilityResult]:
+    """What ``trace-rl synthesize`` and the pipeline call: the LLM generator for the capabilities it owns
+    (``llm_capabilities``), with failed examples from ``trajectories`` (a JSONL of the target's rollouts).
+
+    A SWE target (``synthesis.domain=swe`` or a ``target_env`` under ``trace_envs/swe``) gets SWE scenarios
+    for every selected capability instead (``trace_train.synthesis.swe_generator``; no families apply)."""
+    from trace_envs.records import read_trajectories
+    from trace_envs.synthesis.llm.swe_scenario import is_swe_target
+
+    swe = cfg.generator == "llm" and is_swe_target(cfg.domain, target_env)
+    chosen = list(selected) if swe else llm_capabilities(selected, cfg)
+    if not chosen:
+        return []
+    records = read_trajectories(trajectories) if trajectories and Path(trajectories).exists() else []
+    if swe:
+        from trace_train.synthesis.swe_generator import synthesize_swe
+
+        return synthesize_swe(chosen, cfg, out_dir, records, source)
+    return synthesize_llm(chosen, cfg, out_dir, collector, records, source)
+
+
+def check_llm_config(cfg: SynthesisConfig, collector: Collector | None) -> None:
+    """Fail fast (before any template work) when ``generator=llm`` cannot run as configured."""
+    from trace_envs.synthesis.llm.swe_scenario import is_swe_target
+
+    if cfg.generator != "llm":
+        return
+    make_client(cfg)
+    if collector is None and not is_swe_target(cfg.domain):
+        synthesize_llm([], cfg, ".", None)
