@@ -34,17 +34,20 @@ CAPABILITIES = ["precondition_verification", "multi_step_task_completion", "stru
 TARGET = "trace/retail-sim-v0"
 
 
-def train(args: argparse.Namespace, capability: str, out: Path) -> dict[int, float]:
-    """Train one adapter; returns {iteration: wall seconds when that version was written}."""
-    adapters = out / "train" / "adapters" / capability
+def train(args: argparse.Namespace, capability: str, out: Path, adapter: str | None = None) -> dict[int, float]:
+    """Train one adapter on ``trace/<capability>-v0`` (named ``adapter``, default the capability); returns
+    {iteration: wall seconds when that version was written}. ``benchmarks/precondition_gain.py`` uses it too."""
+    adapter = adapter or capability
+    adapters = out / "train" / "adapters" / adapter
     walls: dict[int, float] = {}
     start = time.time()
     command = [sys.executable, "-m", "trace_train.cli", "train", f"env=trace/{capability}-v0",
-               f"adapter={capability}", f"tiny_policy_dir={args.base}", f"output_dir={out / 'train'}",
+               f"adapter={adapter}", f"tiny_policy_dir={args.base}", f"output_dir={out / 'train'}",
                f"hydra.run.dir={out / 'train_hydra'}", f"grpo.iterations={args.iterations}",
                f"grpo.checkpoint_every={args.every}", "grpo.groups_per_iter=8", "grpo.group_size=8",
                "grpo.lr=5e-4", "grpo.micro_batch_size=8", f"grpo.threads={args.threads}",
-               f"grpo.hint_fraction={args.hint_fraction}", "grpo.tensorboard=false", "grpo.progress=false",
+               f"grpo.hint_fraction={getattr(args, 'hint_fraction', 0.0)}", "grpo.tensorboard=false",
+               "grpo.progress=false",
                *args.override]
     process = subprocess.Popen(command)
 

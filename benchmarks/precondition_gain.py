@@ -17,7 +17,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ENV = "trace/precondition_verification-v0"
@@ -26,29 +25,9 @@ ADAPTER = "precondition"
 
 def train(args: argparse.Namespace, out: Path) -> dict[int, float]:
     """Run the training; returns {iteration: wall seconds when its adapter version was written}."""
-    adapters = out / "train" / "adapters" / ADAPTER
-    walls: dict[int, float] = {}
-    start = time.time()
-    command = [sys.executable, "-m", "trace_train.cli", "train", f"env={ENV}", f"adapter={ADAPTER}",
-               f"tiny_policy_dir={args.base}", f"output_dir={out / 'train'}", f"hydra.run.dir={out / 'train_hydra'}",
-               f"grpo.iterations={args.iterations}", f"grpo.checkpoint_every={args.every}",
-               "grpo.groups_per_iter=8", "grpo.group_size=8", "grpo.lr=5e-4", "grpo.micro_batch_size=8",
-               f"grpo.threads={args.threads}", "grpo.tensorboard=false", "grpo.progress=false", *args.override]
-    process = subprocess.Popen(command)
+    from capability_gain import train as train_versions  # the benchmark beside this one
 
-    def note_new_versions() -> None:
-        for version in adapters.glob("v*") if adapters.exists() else []:
-            iteration = int(version.name[1:])
-            if iteration not in walls and (version / "adapter_config.json").exists():
-                walls[iteration] = time.time() - start
-
-    while process.poll() is None:
-        note_new_versions()
-        time.sleep(0.5)
-    note_new_versions()
-    if process.returncode:
-        raise SystemExit(f"training failed with exit code {process.returncode}")
-    return dict(sorted(walls.items()))
+    return train_versions(args, "precondition_verification", out, adapter=ADAPTER)
 
 
 def evaluate(args: argparse.Namespace, out: Path, walls: dict[int, float]) -> dict:
