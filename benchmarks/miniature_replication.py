@@ -1,12 +1,15 @@
 """The paper-style table of a TRACE run on held-out seeds: rows base, baselines, single adapters, TRACE.
 
 Usage:
-    python benchmarks/miniature_replication.py [--run-dir runs/quick] [--run]   # --run: run the quick pipeline first
+    python benchmarks/miniature_replication.py [--run-dir runs/quick] [--run]   # --run: run the pipeline first
+    python benchmarks/miniature_replication.py --preset replication [--run]      # runs/replication
 
-Prints, per policy: held-out success with its 95 % Wilson interval, mean reward, the training rollouts it
-consumed and the wall time of its training stage; then the three goals of the miniature replication
-(TRACE beats the base by >= 15 points; TRACE reaches GRPO-on-target's final score with <= 1/4 of its
-rollouts; the composed model beats the best single adapter) as measured, whatever they show.
+The quick preset: per policy, held-out success with its 95 % Wilson interval, mean reward, the training rollouts
+it consumed and the wall time of its training stage; then the run's one-line verdict (composed >= base + 0.10
+with the intervals apart) and the three goals as measured, whatever they show.
+
+``--preset replication``: the tables of ``replication/tables/tables.json`` (main table with mean ± sd over the run
+seeds, the routing ablation, capabilities scale, sample efficiency) and the four goal lines, met or not.
 """
 
 from __future__ import annotations
@@ -40,15 +43,55 @@ def rollouts_and_wall(name: str, stages: dict) -> tuple[int | None, float | None
     return (0, 0.0) if name == "base" else (None, None)
 
 
+def spread(agg: dict | None) -> str:
+    if not agg:
+        return "-"
+    if agg["n_seeds"] > 1:
+        return f"{agg['mean']:.3f} ± {agg['std']:.3f} (min {agg['min']:.3f}, max {agg['max']:.3f})"
+    return f"{agg['mean']:.3f}"
+
+
+def print_replication(tables: dict) -> None:
+    print(f"run seeds {tables['seeds']}; trained rows: mean ± sample sd over seeds")
+    print(f"\n{'main table':44s} {'held-out success':44s} {'rollouts':>9s}")
+    for name, agg in tables["main"].items():
+        rollouts = "" if agg.get("rollouts") is None else str(agg["rollouts"])
+        print(f"{agg.get('label', name):44s} {spread(agg):44s} {rollouts:>9s}")
+    if len(tables["routing"]) > 1:
+        print("\nrouting ablation (paper: 48.2 / 47.0 / 45.1)")
+        for name, agg in tables["routing"].items():
+            print(f"  {name:10s} {spread(agg)}")
+    if tables["scale"]:
+        print(f"\n{'capabilities scale: k':24s} {'TRACE, first k adapters':44s} prompted, k descriptions")
+        for row in tables["scale"]:
+            print(f"  {row['k']:<22d} {spread(row.get('trace')):44s} {spread(row.get('prompted'))}")
+    for name, points in tables["efficiency"].items():
+        text = ", ".join(f"{p['rollouts']}: {p['rate']:.3f}" for p in points)
+        print(f"\nsample efficiency, {name} (rollouts: success): {text}")
+    print()
+    for goal in tables["goals"]:
+        verdict = {True: "met", False: "not met", None: "not measured"}[goal["met"]]
+        print(f"goal, {goal['goal']}: {goal['detail']} -> {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-dir", default="runs/quick")
-    parser.add_argument("--run", action="store_true", help="run `trace-rl pipeline preset=quick` first")
+    parser.add_argument("--preset", default="quick", choices=["quick", "replication"])
+    parser.add_argument("--run-dir", default=None, help="default: runs/<preset>")
+    parser.add_argument("--run", action="store_true", help="run `trace-rl pipeline preset=<preset>` first")
     args = parser.parse_args()
-    run_dir = Path(args.run_dir)
+    run_dir = Path(args.run_dir or f"runs/{args.preset}")
     if args.run:
-        subprocess.run([sys.executable, "-m", "trace_train.cli", "pipeline", "preset=quick",
+        subprocess.run([sys.executable, "-m", "trace_train.cli", "pipeline", f"preset={args.preset}",
                         f"pipeline.run_dir={run_dir}"], check=True)
+    if args.preset == "replication":
+        from trace_train.pipeline.replication import load_tables
+
+        tables = load_tables(run_dir)
+        if tables is None:
+            sys.exit(f"no replication tables in {run_dir} (run `trace-rl pipeline preset=replication` or --run)")
+        print_replication(tables)
+        return
     evaluation, stages, curves = load(run_dir)
     policies = evaluation["policies"]
     print(f"held-out {evaluation['env']} ({evaluation['split']} split, {evaluation['episodes']} seeds x "
@@ -70,6 +113,9 @@ def main() -> None:
     if trace is None:
         print("no composed TRACE model in this run (composition skipped or disabled)")
         return
+    from trace_train.evaluation.replication_table import headline
+
+    print(headline(evaluation["policies"]))
     print(f"goal 1, TRACE - base >= 0.15: {trace - base:+.3f} -> {'met' if trace - base >= 0.15 else 'not met'}")
     target_curve = curves.get("GRPO on target", [])
     if target_curve:

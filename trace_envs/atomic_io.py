@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -93,6 +95,24 @@ def make_temp_dir(parent: str | os.PathLike, prefix: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     os.chmod(tmp, 0o777 & ~current_umask())
     return tmp
+
+
+def publish_dir(final: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Write a folder atomically: ``write(tmp)`` fills a temp folder beside ``final``, which then replaces
+    ``final`` in one rename (an existing ``final`` is removed first); on any error the temp folder is removed
+    and ``final`` is left as it was."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = make_temp_dir(final.parent, f".{final.name}.")
+    try:
+        write(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
 
 
 def set_plain_write_modes(root: str | os.PathLike) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from trace_envs.config_builder import build
 from trace_moe.gate_training import GateTrainConfig
@@ -12,11 +12,67 @@ from trace_moe.gated_lora import GateConfig
 
 
 @dataclass
+class GateGRPOConfig:
+    """Gate-only GRPO (``moe.train.method: grpo_target | grpo_mixture``): seeded groups played by the composed
+    model, PPO-clip on the gates only. The keys mean what the ``grpo`` group's keys of the same name mean
+    (``trace_train.grpo.config.GRPOConfig``); trained by ``trace_train.grpo.gate_grpo.train_gates_grpo``."""
+
+    iterations: int = 10  # outer iterations: rollout -> advantages -> gate update
+    groups_per_iter: int = 8  # groups per iteration (one env seed each)
+    group_size: int = 8  # G rollouts per group, sharing the env seed
+    lr: float = 5e-3  # AdamW learning rate of the gates
+    weight_decay: float = 0.0
+    eps: float = 0.2  # lower clip range: ratio >= 1 - eps
+    eps_high: float | None = None  # upper clip range (None: same as eps)
+    loss_level: Literal["token", "token_seq_mean", "sequence"] = "token"
+    advantage_std: Literal["group", "batch", "none"] = "group"
+    format_penalty: float = 0.0  # reward -= penalty * (1 - info['format_valid_fraction'])
+    grad_clip: float = 1.0  # max global grad norm of the gates (<= 0 disables clipping)
+    ppo_epochs: int = 1
+    mini_batches: int = 1
+    micro_batch_size: int = 4
+    old_logprobs: Literal["recompute", "sampler"] = "recompute"
+    temperature: float = 1.0  # sampling temperature (log-probs use the same)
+    top_p: float = 1.0
+    max_new_tokens: int = 96  # per policy turn
+    checkpoint_every: int = 5  # iterations between checkpoints (the last one is always saved)
+    seed: int = 0  # run seed: env seeds, sampler seeds, env mixture, shuffling
+    threads: int = 1  # torch intra-op threads (0 leaves torch's default)
+    progress: bool = True  # rich progress bar
+
+    def __post_init__(self) -> None:
+        errors = []
+        for key in ("iterations", "groups_per_iter", "ppo_epochs", "mini_batches", "micro_batch_size",
+                    "checkpoint_every", "max_new_tokens"):
+            if int(getattr(self, key)) < 1:
+                errors.append(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.group_size < 2:
+            errors.append(f"group_size must be >= 2 (advantages are relative to the group), got {self.group_size}")
+        if not 0 < self.eps < 1:
+            errors.append(f"eps must be in (0, 1), got {self.eps}")
+        if self.eps_high is not None and self.eps_high <= 0:
+            errors.append(f"eps_high must be > 0, got {self.eps_high}")
+        if self.lr <= 0 or self.temperature <= 0:
+            errors.append(f"lr and temperature must be > 0, got {self.lr} and {self.temperature}")
+        if self.weight_decay < 0 or self.format_penalty < 0 or self.threads < 0:
+            errors.append("weight_decay, format_penalty and threads must be >= 0")
+        if not 0 < self.top_p <= 1:
+            errors.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if errors:
+            raise ValueError("; ".join(errors))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class MoEConfig:
-    """``gate``: routing of the composed model (top-k, init, base bias); ``train``: the gate optimisation."""
+    """``gate``: routing of the composed model (top-k, init, base bias); ``train``: the gate optimisation
+    (``train.method`` picks supervised or gate-only GRPO); ``grpo``: the settings of gate-only GRPO."""
 
     gate: GateConfig = field(default_factory=GateConfig)
     train: GateTrainConfig = field(default_factory=GateTrainConfig)
+    grpo: GateGRPOConfig = field(default_factory=GateGRPOConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "moe") -> MoEConfig:

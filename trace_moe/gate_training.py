@@ -28,6 +28,8 @@ from trace_moe.examples import GateExample, collate, iter_batches
 
 logger = logging.getLogger(__name__)
 
+GATE_TRAIN_METHODS = ("supervised", "grpo_target", "grpo_mixture")
+
 
 @dataclass
 class GateTrainConfig:
@@ -47,6 +49,9 @@ class GateTrainConfig:
     mode: Literal["end_to_end", "captured"] = "end_to_end"
     seed: int = 0
     train_slots: list[int] | None = None  # only these gate rows train (e.g. a newly added slot); None = all
+    # supervised (this module) | grpo_target | grpo_mixture: gate-only GRPO on the target env / on the mixture of
+    # the capability envs (trace_train.grpo.gate_grpo, settings in moe.grpo)
+    method: Literal["supervised", "grpo_target", "grpo_mixture"] = "supervised"
 
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size", "grad_accum", "max_len"):
@@ -54,6 +59,8 @@ class GateTrainConfig:
                 raise ValueError(f"gate training: {key} must be >= 1, got {getattr(self, key)}")
         if self.lr <= 0:
             raise ValueError(f"gate training: lr must be > 0, got {self.lr}")
+        if self.method not in GATE_TRAIN_METHODS:
+            raise ValueError(f"gate training: method must be one of {GATE_TRAIN_METHODS}, got {self.method!r}")
         if self.train_slots is not None and not self.train_slots:
             raise ValueError("gate training: train_slots must name at least one slot (or be null for all)")
 

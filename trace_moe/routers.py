@@ -5,10 +5,16 @@
   gets the highest log-probability wins (top-1; the base label means slot 0).
 * :class:`OracleRouter`: the capability label is known; maps it to its slot.
 * :func:`static_merge`: one weighted combination of all adapters via peft ``add_weighted_adapter``.
+
+:func:`composition_labels` gives a saved composition's capability labels for the task-level router:
+descriptions come from ``route_descriptions.json`` beside ``compose.json`` (written by
+:func:`save_route_descriptions`), from a ``description`` in ``compose.json``'s adapter records, or
+from the caller.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import string
@@ -20,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trace_moe.composed import COMPOSE_JSON
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = (
@@ -28,6 +36,8 @@ DEFAULT_TEMPLATE = (
     "Request: {request}\n"
     "Answer:"
 )
+
+DESCRIPTIONS_FILE = "route_descriptions.json"  # beside compose.json: {adapter name: description}
 
 
 @dataclass
@@ -137,6 +147,85 @@ class TaskLevelRouter:
         exp = {k: math.exp((v - m) / temperature) for k, v in scores.items()}
         z = sum(exp.values())
         return {k: v / z for k, v in exp.items()}
+
+
+def single_token_labels(tokenizer: Any, n: int, prefix: str = " ") -> list[str] | None:
+    """The first ``n`` of the letters A-Z, then the digits, that ``prefix + label`` encodes to ONE token each.
+
+    A label of two tokens pays a second log-prob, so with a small BPE vocabulary letter labels are not
+    scored on an equal footing; ``None`` when fewer than ``n`` single-token labels exist.
+    """
+    found = [c for c in string.ascii_uppercase + string.digits
+             if len(tokenizer(prefix + c, add_special_tokens=False)["input_ids"]) == 1]
+    return found[:n] if len(found) >= n else None
+
+
+def save_route_descriptions(composed_dir: str | Path, descriptions: Mapping[str, str]) -> Path:
+    """Write ``{adapter name: description}`` beside a saved composition's ``compose.json`` (atomic).
+
+    Every name must be one of the composition's adapters; an existing file is not overwritten.
+    """
+    from trace_envs.records import write_json_atomic
+
+    composed_dir = Path(composed_dir)
+    names = _composition_names(composed_dir)
+    unknown = sorted(set(descriptions) - set(names))
+    if unknown:
+        raise ValueError(f"{composed_dir}: no adapter named {unknown}; the composition has {names}")
+    out = composed_dir / DESCRIPTIONS_FILE
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; remove it to write new descriptions")
+    return write_json_atomic(out, {name: str(descriptions[name]) for name in names if name in descriptions})
+
+
+def composition_labels(composed_dir: str | Path,
+                       descriptions: Mapping[str, str] | None = None) -> list[CapabilityLabel]:
+    """The labels (slot order, base excluded) of a saved composition's adapters.
+
+    A description comes from ``descriptions`` (the caller's, which win), else ``route_descriptions.json``,
+    else the adapter's ``description`` in ``compose.json``; ``ValueError`` names the adapters left without one
+    and any name in ``descriptions`` that is not an adapter.
+    """
+    composed_dir = Path(composed_dir)
+    meta = _compose_meta(composed_dir)
+    names = [str(r["name"]) for r in meta["adapters"]]
+    given = dict(descriptions or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ValueError(f"route descriptions for {unknown}, but the composition {composed_dir} has adapters {names}")
+    saved: dict[str, str] = {}
+    sidecar = composed_dir / DESCRIPTIONS_FILE
+    if sidecar.is_file():
+        doc = json.loads(sidecar.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+            raise ValueError(f"{sidecar}: expected a JSON object {{adapter name: description}}")
+        saved = doc
+    recorded = {str(r["name"]): r["description"] for r in meta["adapters"] if isinstance(r.get("description"), str)}
+    labels, missing = [], []
+    for name in names:
+        text = given.get(name) or saved.get(name) or recorded.get(name) or ""
+        if not text.strip():
+            missing.append(name)
+        labels.append(CapabilityLabel(name=name, description=text.strip()))
+    if missing:
+        raise ValueError(f"no description for adapter(s) {missing} of {composed_dir}: pass route_descriptions="
+                         f"{{name: description}} or write {DESCRIPTIONS_FILE} with save_route_descriptions")
+    return labels
+
+
+def _compose_meta(composed_dir: Path) -> dict[str, Any]:
+    path = composed_dir / COMPOSE_JSON
+    if not path.is_file():
+        raise ValueError(f"{composed_dir}: no {COMPOSE_JSON}; not a directory written by trace-rl compose "
+                         f"(ComposedModel.save)")
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(meta.get("adapters"), list) or not meta["adapters"]:
+        raise ValueError(f"{path}: lists no adapters")
+    return meta
+
+
+def _composition_names(composed_dir: Path) -> list[str]:
+    return [str(r["name"]) for r in _compose_meta(composed_dir)["adapters"]]
 
 
 class _base_only:

@@ -2,7 +2,10 @@
 
 Kinds: ``oracle`` and ``expert`` (scripted, retail-sim-style annotation required), ``gold`` (τ² gold replay),
 ``hf`` (a local HF model, optionally with a peft adapter directory in ``adapter``), ``composed``
-(the base in ``model`` with a saved MoE composition directory in ``adapter``) and
+(the base in ``model`` with a saved MoE composition directory in ``adapter``), ``task_router`` (the same
+``model`` + ``adapter``, each episode routed once to one adapter by the base model classifying its first user
+message against the capabilities' descriptions: ``route_descriptions`` or the composition's saved ones; see
+``trace_train.rollout.task_routed``) and
 ``openai`` (OpenAI-compatible servers such as vLLM at
 ``base_urls``, serving ``served_model``; ``model`` is the local directory of the served model's tokenizer; an
 ``adapter`` directory is loaded onto the servers; ``server`` holds ``OpenAIRolloutBackend`` options such as
@@ -19,7 +22,7 @@ from typing import Any
 from trace_envs.config_builder import build
 from trace_train.rollout.base import RolloutBackend, SamplingParams
 
-KINDS = ("oracle", "expert", "gold", "hf", "composed", "openai")
+KINDS = ("oracle", "expert", "gold", "hf", "composed", "task_router", "openai")
 SCRIPTED_KINDS = ("oracle", "expert", "gold")  # play from the env's task annotation, no model
 
 
@@ -41,6 +44,7 @@ class PolicySpec:
     base_urls: list[str] = field(default_factory=list)  # openai: e.g. ["http://127.0.0.1:8000/v1"]
     served_model: str | None = None  # openai: the server's base model name (default: ``model``)
     server: dict[str, Any] = field(default_factory=dict)  # openai: OpenAIRolloutBackend options
+    route_descriptions: dict[str, str] = field(default_factory=dict)  # task_router: adapter name -> description
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "policy") -> "PolicySpec":
@@ -49,12 +53,16 @@ class PolicySpec:
         spec = build(cls, data, path)
         if spec.kind not in KINDS:
             raise ValueError(f"{path}.kind: unknown policy kind {spec.kind!r}; choose one of {KINDS}")
-        if spec.kind in ("hf", "composed", "openai") and not spec.model:
+        if spec.kind in ("hf", "composed", "task_router", "openai") and not spec.model:
             raise ValueError(f"a {spec.kind} policy needs model=<local HF directory or hub name>")
         if spec.kind == "openai" and not spec.base_urls:
             raise ValueError("an openai policy needs base_urls=[http://host:port/v1, ...]")
         if spec.kind == "composed" and not spec.adapter:
             raise ValueError("a composed policy needs adapter=<directory written by trace-rl compose>")
+        if spec.kind == "task_router" and not spec.adapter:
+            raise ValueError("a task_router policy needs adapter=<directory written by trace-rl compose>")
+        if spec.route_descriptions and spec.kind != "task_router":
+            raise ValueError(f"{path}.route_descriptions is only read by a task_router policy, not {spec.kind}")
         spec.name = spec.name or (Path(spec.adapter).name if spec.adapter else spec.kind)
         return spec
 
@@ -101,6 +109,12 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
         return ScriptedRolloutBackend(lambda seed: ScriptedExpert(knobs, seed=seed, name=spec.name)), None
     if spec.kind == "openai":
         return _openai_backend(spec)
+    if spec.kind == "task_router":
+        from trace_train.rollout.task_routed import build_task_routed
+
+        return build_task_routed(spec.model, spec.adapter, spec.route_descriptions or None, threads=spec.threads,
+                                 max_batch=spec.max_batch, policy_name=spec.name, render_tools=spec.render_tools,
+                                 system_suffix=spec.system_suffix), None
     from trace_train.model import load_policy
     from trace_train.rollout.hf import HFRolloutBackend
 

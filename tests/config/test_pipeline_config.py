@@ -79,9 +79,14 @@ def test_force_names():
     check_force(["train", "baselines", "train/precondition_verification", "baselines/sft", "report"])
     with pytest.raises(ValueError) as info:
         check_force(["baselines/prompted"])  # prompted is not trained: it has no stage
-    valid = "bootstrap, rollouts, analysis, synthesis, train, compose, baselines, eval, routing, report"
+    valid = "bootstrap, rollouts, analysis, synthesis, train, compose, baselines, eval, routing, replication, report"
     assert valid in str(info.value)
     assert "train/<capability>" in str(info.value) and "baselines/grpo_target" in str(info.value)
+    assert "replication/<row>" in str(info.value)
+    # another run seed's stages are forced with their group; the replication rows with theirs
+    check_force(["baselines/grpo_target@s1", "replication", "replication/eval/top-2@s1"])
+    assert is_forced("train/precondition_verification@s1", {"train"})
+    assert is_forced("replication/eval/top-2@s1", {"replication"}) and not is_forced("eval", {"replication"})
     assert is_forced("train/precondition_verification", {"train"})
     assert is_forced("baselines/sft", {"baselines"}) and is_forced("baselines/sft", {"baselines/sft"})
     assert not is_forced("baselines/mixture", {"baselines/sft"})

@@ -3,48 +3,14 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from trace_train.model import build_model, save_policy
-from trace_train.model.chat_template import chat_template
-
-
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    """An untrained tiny policy with the retail-sim tokenizer (tools not rendered, as in the quick preset)."""
-    from trace_train.bootstrap.config import BootstrapConfig
-    from trace_train.bootstrap.data import train_tokenizer
-
-    tokenizer = train_tokenizer(BootstrapConfig(tokenizer_episodes=60))
-    assert tokenizer.chat_template == chat_template("none")
-    model = build_model("tiny", tokenizer, seed=0)
-    return save_policy(model, tokenizer, tmp_path_factory.mktemp("policy") / "tiny")
-
-
-def _pipeline(run_dir: Path, policy: Path, *extra: str):
-    args = [
-        sys.executable, "-m", "trace_train.cli", "pipeline", f"pipeline.run_dir={run_dir}",
-        f"pipeline.base_model={policy}",
-        "pipeline.capabilities=[precondition_verification,multi_step_task_completion]",
-        "pipeline.rollouts.episodes=6", "pipeline.rollouts.batch_episodes=6",
-        "grpo.iterations=1", "grpo.groups_per_iter=2", "grpo.group_size=2", "grpo.checkpoint_every=1",
-        "pipeline.eval.episodes=3", "pipeline.eval.curve_episodes=2", "pipeline.policy.max_new_tokens=24",
-        "pipeline.policy.threads=1",
-        "analysis.n_runs=3", "analysis.k=2", "synthesis.n_seeds=6", "synthesis.group_size=4",
-        # calibrate against the (untrained) base itself, as the quick preset does: every candidate is too
-        # hard for it, so the first is emitted anyway
-        "synthesis.policy.kind=model", "synthesis.accept_closest=true", "synthesis.search.stop_when_too_hard=true",
-        "pipeline.baselines=[grpo_target,mixture,sft,prompted]", "grpo.progress=false", *extra,
-    ]
-    return subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=run_dir.parent)
-
 
 @pytest.mark.slow
-def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
+def test_pipeline_runs_caches_and_forces(tiny_policy, run_pipeline, tmp_path):
     run_dir = tmp_path / "run"
-    out = _pipeline(run_dir, tiny_policy)
+    out = run_pipeline(run_dir, tiny_policy)
     assert out.returncode == 0, out.stderr[-3000:]
     state = json.loads((run_dir / "pipeline.json").read_text())
     stages = state["stages"]
@@ -73,12 +39,12 @@ def test_pipeline_runs_caches_and_forces(tiny_policy, tmp_path):
     assert "TRACE" in curves and len(curves["GRPO on target"]) == 2
     assert (run_dir / "report.html").stat().st_size > 10_000
     # A rerun with the same config skips every stage but the report.
-    again = _pipeline(run_dir, tiny_policy)
+    again = run_pipeline(run_dir, tiny_policy)
     assert again.returncode == 0, again.stderr[-3000:]
     state = json.loads((run_dir / "pipeline.json").read_text())
     assert all(s["last_action"] == "skipped" for n, s in state["stages"].items() if n != "report")
     # force=eval redoes the evaluation only.
-    forced = _pipeline(run_dir, tiny_policy, "pipeline.force=[eval]")
+    forced = run_pipeline(run_dir, tiny_policy, "pipeline.force=[eval]")
     assert forced.returncode == 0, forced.stderr[-3000:]
     state = json.loads((run_dir / "pipeline.json").read_text())
     assert state["stages"]["eval"]["last_action"] == "ran"

@@ -209,6 +209,19 @@ def _unknown_tool(f: ActionFuzzer) -> Any:
     return f._render(name, args)
 
 
+_RAW_FORMS = ("arg", "bare", "arguments_str")
+
+
+def _raw_call(name: str, form: str, arguments: str) -> Any:
+    """A call of ``name`` whose arguments are the raw JSON text ``arguments``, as a model writes it: in
+    ``<tool_call>`` tags (``arg``), a bare JSON object (``bare``) or an OpenAI-style message (``arguments_str``)."""
+    if form == "arg":
+        return f'<tool_call>{{"name": "{name}", "arguments": {arguments}}}</tool_call>'
+    if form == "bare":
+        return f'{{"name": "{name}", "arguments": {arguments}}}'
+    return {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}
+
+
 def _deep(f: ActionFuzzer) -> Any:
     depth = int(f._pick(_NESTING_DEPTHS))
     opener, closer = f._pick([("[", "]"), ('{"a":', "}"), ('{"a":[', "]}")])
@@ -216,14 +229,10 @@ def _deep(f: ActionFuzzer) -> Any:
     text = opener * depth + "1" + (closer * depth if closed else "")
     name, _ = f._valid_call()
     where = f._pick(["arg", "body", "bare", "arguments_str", "python"])
-    if where == "arg":
-        return f'<tool_call>{{"name": "{name}", "arguments": {{"x": {text}}}}}</tool_call>'
     if where == "body":
         return f"<tool_call>{text}</tool_call>"
-    if where == "bare":
-        return f'{{"name": "{name}", "arguments": {text}}}'
-    if where == "arguments_str":
-        return {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": name, "arguments": text}}]}
+    if where in _RAW_FORMS:
+        return _raw_call(name, where, f'{{"x": {text}}}' if where == "arg" else text)
     value: Any = 1
     for _ in range(depth):  # a Python object nested past the recursion limit (no recursion to build it)
         value = [value]
@@ -235,16 +244,11 @@ def _big_int(f: ActionFuzzer) -> Any:
     literal = f._pick(["", "-"]) + "9" * digits
     name, _ = f._valid_call()
     where = f._pick(["arg", "bare", "arguments_str", "python", "oddity"])
-    if where == "arg":
-        return f'<tool_call>{{"name": "{name}", "arguments": {{"x": {literal}}}}}</tool_call>'
-    if where == "bare":
-        return f'{{"name": "{name}", "arguments": {{"x": {literal}}}}}'
-    if where == "arguments_str":
-        return {"role": "assistant", "content": "",
-                "tool_calls": [{"function": {"name": name, "arguments": f'{{"x": {literal}}}'}}]}
+    if where in _RAW_FORMS:
+        return _raw_call(name, where, f'{{"x": {literal}}}')
     if where == "python":
         return {"name": name, "arguments": {"x": 10 ** min(digits, 6000)}}
-    return f'<tool_call>{{"name": "{name}", "arguments": {{"x": {f._pick(_JSON_ODDITIES)}}}}}</tool_call>'
+    return _raw_call(name, "arg", f'{{"x": {f._pick(_JSON_ODDITIES)}}}')
 
 
 def _surrogates(f: ActionFuzzer) -> Any:

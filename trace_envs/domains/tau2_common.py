@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from trace_envs.core.tool_env import STOP_TOKEN, UserReply
+from trace_envs.core.scripted import ScriptedUserReplies
 from trace_envs.core.tools import ToolBox
 from trace_envs.domains.base import Domain, Request
 from trace_envs.domains.errors import DrawFailed
@@ -236,9 +236,12 @@ class Tau2FamilyDomain(Domain):
         raise NotImplementedError
 
 
-class Tau2FamilyUser:
+class Tau2FamilyUser(ScriptedUserReplies):
     """Scripted user of a τ² family episode: every request at once, yes to confirmations, identity on
     request, stop when the agent's turn asks nothing."""
+
+    identity_words = _IDENTITY_WORDS
+    max_idle_replies = MAX_IDLE_REPLIES
 
     def __init__(self, identity_sentence: str, utterances: list[str]):
         self.identity_sentence = identity_sentence
@@ -248,15 +251,5 @@ class Tau2FamilyUser:
     def opening(self) -> str:
         return f"Hi! {self.identity_sentence} {' '.join(self.utterances)}"
 
-    def reply(self, assistant_text: str) -> UserReply:
-        text = assistant_text.lower()
-        if "?" not in text:
-            return UserReply(STOP_TOKEN, stop=True)
-        if "confirm" in text:
-            return UserReply("yes")
-        if any(word in text for word in _IDENTITY_WORDS):
-            return UserReply(self.identity_sentence)
-        self.idle_replies += 1
-        if self.idle_replies > MAX_IDLE_REPLIES:
-            return UserReply(STOP_TOKEN, stop=True)
-        return UserReply("I have nothing to add, please go ahead.")
+    def _identity_text(self) -> str:
+        return self.identity_sentence

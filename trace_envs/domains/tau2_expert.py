@@ -14,21 +14,15 @@ looked-up record fails, confirms, writes, and tells the user the outcome. Knobs 
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from trace_envs.core.parsing import format_tool_call
-from trace_envs.core.tool_env import STOP_TOKEN
+from trace_envs.core.scripted import GeneratorScript, Script, last_tool_output
 
 KNOBS = ("precondition", "structured", "multi_step", "precision")
 Observation = list[dict[str, Any]]
-
-
-def _last_tool_output(obs: Observation) -> str:
-    tools = [m for m in obs if m.get("role") == "tool"]
-    return tools[-1]["content"] if tools else ""
 
 
 def _json(text: str) -> dict[str, Any]:
@@ -39,7 +33,7 @@ def _json(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-class Tau2Expert:
+class Tau2Expert(GeneratorScript):
     """``reset(obs, info, seed)`` / ``act(obs)``; all knobs 0 is the oracle."""
 
     def __init__(self, domain: Any, knobs: dict[str, float] | None = None, seed: int = 0):
@@ -52,31 +46,17 @@ class Tau2Expert:
                 raise ValueError(f"knob {name} must be in [0, 1], got {value}")
             self.knobs[name] = float(value)
         self.seed = seed
-        self._gen: Generator[str, Observation, None] | None = None
-        self._first = True
 
     def reset(self, observation: Observation, info: dict[str, Any], seed: int | None = None) -> None:
         rng = np.random.default_rng([self.seed, 0 if seed is None else seed])
-        self._gen = self._script(info["task"], rng)
-        self._first = True
+        self._start(self._script(info["task"], rng))
 
-    def act(self, observation: Observation) -> str:
-        if self._gen is None:
-            raise RuntimeError("call reset() first")
-        try:
-            if self._first:
-                self._first = False
-                return next(self._gen)
-            return self._gen.send(observation)
-        except StopIteration:
-            return f"Thank you. {STOP_TOKEN}"
-
-    def _script(self, task: dict[str, Any], rng: np.random.Generator) -> Generator[str, Observation, None]:
+    def _script(self, task: dict[str, Any], rng: np.random.Generator) -> Script:
         k = self.knobs
         stop_after_first = rng.random() < k["multi_step"]
         name, args = task["identify"]
         obs = yield format_tool_call(name, args)
-        output = _last_tool_output(obs)
+        output = last_tool_output(obs)
         authenticated = not output.startswith("Error")
         user_id = task["user_id"]
         if authenticated and name != "get_user_details":
@@ -90,7 +70,7 @@ class Tau2Expert:
             record: dict[str, Any] = {}
             if spec.get("lookup"):
                 obs = yield format_tool_call(*spec["lookup"])
-                record = _json(_last_tool_output(obs))
+                record = _json(last_tool_output(obs))
             for read in spec.get("reads", []):
                 obs = yield format_tool_call(*read)
             if spec["kind"] == "question":
@@ -99,7 +79,7 @@ class Tau2Expert:
                     answer = str(values[0]) if values else "0"
                 else:
                     obs = yield format_tool_call("calculate", {"expression": " + ".join(map(str, values))})
-                    answer = _last_tool_output(obs)
+                    answer = last_tool_output(obs)
                 outcomes.append(spec["answer_template"].format(answer=answer))
                 continue
             if authenticated:
@@ -116,7 +96,7 @@ class Tau2Expert:
                 call = spec["sloppy"]
             obs = yield f"Please confirm: {spec['confirm']}?"
             obs = yield format_tool_call(call[0], call[1])
-            if _last_tool_output(obs).startswith("Error"):
+            if last_tool_output(obs).startswith("Error"):
                 outcomes.append(refusal or f"I could not complete the request for {entity}.")
             else:
                 outcomes.append(spec["done"])

@@ -18,14 +18,13 @@ knob of the hinted capability becomes (1 - uptake) × k for that episode.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from trace_envs.core.parsing import format_tool_call
-from trace_envs.core.tool_env import STOP_TOKEN
+from trace_envs.core.scripted import GeneratorScript, Script, last_tool_output
 from trace_envs.episode import play_scripted
 
 Action = str
@@ -68,11 +67,6 @@ def task_annotation_problem(info: dict[str, Any]) -> str | None:
     return None
 
 
-def _last_tool_output(obs: Observation) -> str:
-    tools = [m for m in obs if m.get("role") == "tool"]
-    return tools[-1]["content"] if tools else ""
-
-
 def _json_or_none(text: str) -> Any:
     try:
         return json.loads(text)
@@ -80,7 +74,7 @@ def _json_or_none(text: str) -> Any:
         return None
 
 
-class ScriptedExpert:
+class ScriptedExpert(GeneratorScript):
     """A reactive scripted agent. ``reset(obs, info, seed)`` then ``act(obs)`` until the episode ends."""
 
     def __init__(self, knobs: ExpertKnobs | None = None, seed: int = 0, name: str | None = None,
@@ -91,8 +85,6 @@ class ScriptedExpert:
         self.hint_uptake = hint_uptake
         self.seed = seed
         self.name = name or ("oracle" if self.knobs == ExpertKnobs() else "imperfect-expert")
-        self._gen: Generator[Action, Observation, None] | None = None
-        self._first = True
         self._active = self.knobs  # this episode's knobs (a followed hint lowers one)
 
     def reset(self, observation: Observation, info: dict[str, Any], seed: int | None = None) -> None:
@@ -104,22 +96,10 @@ class ScriptedExpert:
         hinted = CAPABILITY_TO_KNOB.get(info.get("hint_capability") or "") if info.get("hint") else None
         if hinted is not None and self.hint_uptake:  # reads the hint with probability hint_uptake
             self._active = replace(self.knobs, **{hinted: getattr(self.knobs, hinted) * (1.0 - self.hint_uptake)})
-        self._gen = self._script(info["task"], rng)
-        self._first = True
-
-    def act(self, observation: Observation) -> Action:
-        if self._gen is None:
-            raise RuntimeError("call reset() first")
-        try:
-            if self._first:
-                self._first = False
-                return next(self._gen)
-            return self._gen.send(observation)
-        except StopIteration:
-            return f"Thank you. {STOP_TOKEN}"
+        self._start(self._script(info["task"], rng))
 
     # -- the script -----------------------------------------------------------------------------
-    def _script(self, task: dict[str, Any], rng: np.random.Generator) -> Generator[Action, Observation, None]:
+    def _script(self, task: dict[str, Any], rng: np.random.Generator) -> Script:
         knobs = self._active
         stop_after_first = rng.random() < knobs.multi_step
         ident = task["identity"]
@@ -128,7 +108,7 @@ class ScriptedExpert:
         else:
             obs = yield format_tool_call("find_user_id_by_name_zip", {
                 "first_name": ident["first_name"], "last_name": ident["last_name"], "zip": ident["zip"]})
-        user_id = _last_tool_output(obs)
+        user_id = last_tool_output(obs)
         obs = yield format_tool_call("get_user_details", {"user_id": user_id})
         outcomes: list[str] = []
         for index, intent in enumerate(task["intents"]):
@@ -136,7 +116,7 @@ class ScriptedExpert:
                 break
             order_id = intent["order_id"]
             obs = yield format_tool_call("get_order_details", {"order_id": order_id})
-            order = _json_or_none(_last_tool_output(obs)) or {}
+            order = _json_or_none(last_tool_output(obs)) or {}
             kind = intent["kind"]
             if kind == "question":
                 prices = [item["price"] for item in order.get("items", [])]
@@ -144,7 +124,7 @@ class ScriptedExpert:
                     answer = str(prices[0]) if prices else "0"
                 else:
                     obs = yield format_tool_call("calculate", {"expression": " + ".join(str(p) for p in prices)})
-                    answer = _last_tool_output(obs)
+                    answer = last_tool_output(obs)
                 outcomes.append(f"You paid ${answer} for order {order_id}.")
                 continue
             refuse = self._refusal(intent, order, user_id)
@@ -156,7 +136,7 @@ class ScriptedExpert:
                 obs = yield format_tool_call("get_product_details", {"product_id": intent["product_id"]})
             obs = yield f"Please confirm: {call[2]}?"
             obs = yield format_tool_call(call[0], call[1])
-            if _last_tool_output(obs).startswith("Error"):
+            if last_tool_output(obs).startswith("Error"):
                 outcomes.append(refuse or f"I could not complete the request for order {order_id}.")
             else:
                 outcomes.append(self._done_sentence(kind, order_id))

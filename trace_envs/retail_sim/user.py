@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from trace_envs.core.tool_env import STOP_TOKEN, UserReply
+from trace_envs.core.scripted import ScriptedUserReplies
 from trace_envs.retail_sim.scenario import Scenario
 
 _IDENTITY_WORDS = ("email", "zip", "name")
 MAX_IDLE_REPLIES = 2
 
 
-class ScriptedUser:
+class ScriptedUser(ScriptedUserReplies):
     """Opens with every request at once; says yes to confirmations; stops on a non-question."""
+
+    identity_words = _IDENTITY_WORDS
+    max_idle_replies = MAX_IDLE_REPLIES
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -26,15 +29,5 @@ class ScriptedUser:
         requests = " ".join(intent.utterance for intent in self.scenario.intents)
         return f"Hi! {self.identity_sentence()} {requests}"
 
-    def reply(self, assistant_text: str) -> UserReply:
-        text = assistant_text.lower()
-        if "?" not in text:
-            return UserReply(STOP_TOKEN, stop=True)
-        if "confirm" in text:
-            return UserReply("yes")
-        if any(word in text for word in _IDENTITY_WORDS):
-            return UserReply(self.identity_sentence())
-        self.idle_replies += 1
-        if self.idle_replies > MAX_IDLE_REPLIES:
-            return UserReply(STOP_TOKEN, stop=True)
-        return UserReply("I have nothing to add, please go ahead.")
+    def _identity_text(self) -> str:
+        return self.identity_sentence()

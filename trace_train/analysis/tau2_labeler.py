@@ -26,12 +26,13 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Label
 from trace_train.analysis.messages import ToolCall, assistant_texts, tool_calls
-from trace_train.analysis.probes import register_probe, register_probe_domain
+from trace_train.analysis.probes import Probe, register_probe, register_probe_domain
 
 DOMAIN = "tau2"
 register_probe_domain(DOMAIN, lambda env_id: "tau2-" in str(env_id))
@@ -41,6 +42,24 @@ CHOICE_KEYS = ("new_item_ids",)  # arguments that pick a record among candidates
 READ_TOOLS = ("get_order_details", "get_reservation_details", "get_user_details")
 _MONEY = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
 _NORMAL = ("user_stop", "agent_stop", "transfer")
+RequestsBody = Callable[[TrajectoryRecord, list[dict[str, Any]]], Label]
+DESCRIPTIONS = {  # the capabilities' descriptions, as registered
+    "precondition_verification":
+        "Before a state-changing action the agent reads the record and checks that the policy allows "
+        "it (authentication, ownership, status, the domain's cancellation / baggage rules) and refuses "
+        "when it does not. NA when no request in the task is forbidden by such a precondition.",
+    "multi_step_task_completion":
+        "When the user makes several requests the agent carries every one of them through (every gold "
+        "write done) before ending the conversation. NA for tasks with fewer than two gold writes.",
+    "tool_calling_precision":
+        "The agent fills every argument of a state-changing call exactly as the request and the records "
+        "require (reason, refund or payment method, address lines, passenger data, bag counts). "
+        "NA when no gold write needs exact arguments.",
+    "structured_data_reasoning":
+        "The agent reads structured tool output and derives the right record or value from it: the "
+        "reservation or variant that meets every stated constraint among candidates, or an aggregate "
+        "such as a total. NA when the task needs no such choice.",
+}
 
 
 def is_tau2_record(record: TrajectoryRecord) -> bool:
@@ -126,12 +145,29 @@ def _norm(value: Any) -> Any:
     return str(value)
 
 
-@register_probe(DOMAIN, "precondition_verification",
-                "Before a state-changing action the agent reads the record and checks that the policy allows "
-                "it (authentication, ownership, status, the domain's cancellation / baggage rules) and refuses "
-                "when it does not. NA when no request in the task is forbidden by such a precondition.")
-def probe_precondition(record: TrajectoryRecord) -> Label:
-    requests = requests_of(record)
+def _tau2_probe(capability: str, needs: Callable[[dict[str, Any]], bool] | None = None,
+                at_least: int = 1) -> Callable[[RequestsBody], Probe]:
+    """Register ``body`` as the τ² probe of ``capability`` (described in ``DESCRIPTIONS``).
+
+    With ``needs`` the probe is NA unless at least ``at_least`` of the record's requests (``requests_of``)
+    satisfy it, and ``body(record, those requests)`` labels the rest; without, ``body`` gets every request."""
+
+    def deco(body: RequestsBody) -> Probe:
+        @functools.wraps(body)
+        def probe(record: TrajectoryRecord) -> Label:
+            requests = requests_of(record)
+            if needs is None:
+                return body(record, requests)
+            needed = [r for r in requests if needs(r)]
+            return Label.NA if len(needed) < at_least else body(record, needed)
+
+        return register_probe(DOMAIN, capability, DESCRIPTIONS[capability])(probe)
+
+    return deco
+
+
+@_tau2_probe("precondition_verification")
+def probe_precondition(record: TrajectoryRecord, requests: list[dict[str, Any]]) -> Label:
     writes = _writes(record)
     if is_target_record(record):
         allowed = {(r["gold"][0], r["entity"]) for r in requests if r["gold"]}
@@ -148,13 +184,8 @@ def probe_precondition(record: TrajectoryRecord) -> Label:
     return Label.PRESENT if guarded else Label.NA
 
 
-@register_probe(DOMAIN, "multi_step_task_completion",
-                "When the user makes several requests the agent carries every one of them through (every gold "
-                "write done) before ending the conversation. NA for tasks with fewer than two gold writes.")
-def probe_multi_step(record: TrajectoryRecord) -> Label:
-    gold = [r for r in requests_of(record) if r["gold"]]
-    if len(gold) < 2:
-        return Label.NA
+@_tau2_probe("multi_step_task_completion", needs=lambda r: bool(r["gold"]), at_least=2)
+def probe_multi_step(record: TrajectoryRecord, gold: list[dict[str, Any]]) -> Label:
     if record.termination not in _NORMAL:
         return Label.PRESENT  # it did not stop: truncation is not this capability
     made = Counter((w.name, _entity(w)) for w in _writes(record))
@@ -162,14 +193,8 @@ def probe_multi_step(record: TrajectoryRecord) -> Label:
     return Label.PRESENT if all(made[key] >= n for key, n in needed.items()) else Label.LACKING
 
 
-@register_probe(DOMAIN, "tool_calling_precision",
-                "The agent fills every argument of a state-changing call exactly as the request and the records "
-                "require (reason, refund or payment method, address lines, passenger data, bag counts). "
-                "NA when no gold write needs exact arguments.")
-def probe_precision(record: TrajectoryRecord) -> Label:
-    gold = [r for r in requests_of(record) if r["gold"] and r["exact"]]
-    if not gold:
-        return Label.NA
+@_tau2_probe("tool_calling_precision", needs=lambda r: bool(r["gold"] and r["exact"]))
+def probe_precision(record: TrajectoryRecord, gold: list[dict[str, Any]]) -> Label:
     wants: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in gold:
         name, args = r["gold"]
@@ -194,14 +219,8 @@ def _stated_wrong_value(record: TrajectoryRecord, request: dict[str, Any]) -> bo
     return False
 
 
-@register_probe(DOMAIN, "structured_data_reasoning",
-                "The agent reads structured tool output and derives the right record or value from it: the "
-                "reservation or variant that meets every stated constraint among candidates, or an aggregate "
-                "such as a total. NA when the task needs no such choice.")
-def probe_structured(record: TrajectoryRecord) -> Label:
-    requests = [r for r in requests_of(record) if r["target"] or r["answer"]]
-    if not requests:
-        return Label.NA
+@_tau2_probe("structured_data_reasoning", needs=lambda r: bool(r["target"] or r["answer"]))
+def probe_structured(record: TrajectoryRecord, requests: list[dict[str, Any]]) -> Label:
     writes = _writes(record)
     for r in requests:
         if r["answer"]:

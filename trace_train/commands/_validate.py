@@ -262,7 +262,7 @@ def check_policy_spec(spec: Any, key: str) -> None:
             raise ConfigError(f"{key}.{name} must be an integer >= 1, got {value!r}; set {key}.{name}=<integer >= 1>")
     if not 0.0 < float(spec.top_p) <= 1.0:
         raise ConfigError(f"{key}.top_p must be in (0, 1], got {spec.top_p!r}; set {key}.top_p=<number in (0, 1]>")
-    if spec.kind in ("hf", "composed", "openai"):
+    if spec.kind in ("hf", "composed", "task_router", "openai"):
         model_dir(spec.model, f"{key}.model")
-    if spec.kind in ("hf", "composed") and spec.adapter:
+    if spec.kind in ("hf", "composed", "task_router") and spec.adapter:
         existing_path(spec.adapter, f"{key}.adapter", "adapter directory")

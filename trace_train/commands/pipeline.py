@@ -28,7 +28,11 @@ def main(cfg: DictConfig) -> None:
             known_env(target, "pipeline.target_env")
         if configs.pipeline.base_model:
             model_dir(configs.pipeline.base_model, "pipeline.base_model")
+        pipeline = Pipeline.from_configs(configs, REPO_ROOT)
     except (TypeError, ValueError) as exc:
         fail("pipeline", str(exc))
-    out = Pipeline.from_configs(configs, REPO_ROOT).run()
+    out = pipeline.run()
+    line = pipeline.headline()
+    if line:
+        console.print(f"[bold]{line}[/bold]")
     console.print(f"report: {out['report']}")

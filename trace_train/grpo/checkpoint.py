@@ -14,18 +14,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from trace_envs.atomic_io import make_temp_dir
+from trace_envs.atomic_io import publish_dir
 from trace_envs.records import write_json_atomic
 from trace_train.grpo.lora import load_adapter_weights, save_adapter
 
 logger = logging.getLogger(__name__)
+
+
+def write_checkpoint(output_dir: str | os.PathLike, iteration: int, write: Callable[[Path], None]) -> Path:
+    """Publish ``checkpoints/iter_<iteration>`` (filled by ``write(tmp_dir)``) atomically, then point
+    ``latest.json`` at it; returns the checkpoint dir. Shared by the adapter trainer and gate-only GRPO."""
+    root = Path(output_dir) / "checkpoints"
+    final = publish_dir(root / f"iter_{iteration:04d}", write)
+    write_json_atomic(root / "latest.json", {"name": final.name, "iteration": iteration})
+    logger.info("checkpoint %s written", final)
+    return final
 
 
 def save_checkpoint(
@@ -37,30 +47,15 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Save the state after ``iteration`` completed iterations; returns the checkpoint dir."""
-    root = Path(output_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"iter_{iteration:04d}"
-    tmp = make_temp_dir(root, f".{final.name}.")
-    try:
+
+    def write(tmp: Path) -> None:
         save_adapter(model, adapter, tmp / "adapter")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        state = {
-            "iteration": iteration,
-            "adapter": adapter,
-            "torch_rng": torch.get_rng_state(),
-            "numpy_rng": np.random.get_state(),
-            "extra": extra or {},
-        }
+        state = {"iteration": iteration, "adapter": adapter, "torch_rng": torch.get_rng_state(),
+                 "numpy_rng": np.random.get_state(), "extra": extra or {}}
         torch.save(state, tmp / "state.pt")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    write_json_atomic(root / "latest.json", {"name": final.name, "iteration": iteration})
-    logger.info("checkpoint %s written", final)
-    return final
+
+    return write_checkpoint(output_dir, iteration, write)
 
 
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:

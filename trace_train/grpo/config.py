@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from trace_envs.config_builder import build
 from trace_train.grpo.lora import LoraSettings
 from trace_train.grpo.loss import LEVELS
+from trace_train.grpo.packing import PACKING_MODES
 
 
 @dataclass
@@ -32,6 +33,7 @@ class GRPOConfig:
     ppo_epochs: int = 1  # passes over each iteration's samples
     mini_batches: int = 1  # optimizer steps per epoch (samples split into this many mini-batches)
     micro_batch_size: int = 4  # sequences per forward/backward (gradient accumulation)
+    packing: str = "bucketed"  # none (pad each micro-batch) | bucketed (sort by length) | packed (one row, no pad)
     old_logprobs: str = "recompute"  # recompute (trainer, before the update) | sampler (from the backend)
     temperature: float = 1.0  # sampling temperature (log-probs are computed at the same temperature)
     top_p: float = 1.0
@@ -90,6 +92,8 @@ class GRPOConfig:
             errors.append(f"loss_level must be one of {LEVELS}, got {self.loss_level!r}")
         if self.advantage_std not in ("group", "batch", "none"):
             errors.append(f"advantage_std must be group|batch|none, got {self.advantage_std!r}")
+        if self.packing not in PACKING_MODES:
+            errors.append(f"packing must be one of {PACKING_MODES}, got {self.packing!r}")
         if self.old_logprobs not in ("recompute", "sampler"):
             errors.append(f"old_logprobs must be recompute|sampler, got {self.old_logprobs!r}")
         if self.kl_beta < 0 or self.format_penalty < 0 or self.lr <= 0:

@@ -1,4 +1,4 @@
-"""Per-token log-probs of given token sequences under a causal LM (padded, micro-batched)."""
+"""Per-token log-probs of given token sequences under a causal LM (padded or packed, micro-batched)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,14 @@ def pad_values(values: Sequence[Sequence[float]], length: int) -> torch.Tensor:
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     temperature: float = 1.0,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log π(x_t | x_<t)`` aligned with ``input_ids`` (position 0 gets 0), and optionally the entropy.
 
-    Logits are divided by ``temperature`` first, matching what the sampler drew from.
+    Logits are divided by ``temperature`` first, matching what the sampler drew from. A right-padded
+    batch may pass ``attention_mask=None``: under causal attention no real token sees a pad.
     """
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
     logits = logits / temperature
@@ -71,7 +72,7 @@ def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Mo
 def masked_token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     loss_mask: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
@@ -100,4 +101,59 @@ def masked_token_logprobs(
         with torch.no_grad():
             ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
             entropy = torch.cat([zeros, lp.new_zeros(select.shape).masked_scatter(select, ent)], dim=1)
+    return lp, entropy
+
+
+def _picked(
+    logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    lse = torch.logsumexp(logits, dim=-1)
+    picked = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return picked, ent
+
+
+def packed_token_logprobs(
+    model: torch.nn.Module,
+    token_ids: Sequence[Sequence[int]],
+    loss_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``masked_token_logprobs`` of ``token_ids`` run as ONE packed row, returned padded ``(B, L)``.
+
+    The sequences are concatenated without padding, position ids restart at 0 for each, and
+    attention stays inside each sequence (``trace_train.grpo.packing.packed_attention``); values are
+    set where ``loss_mask`` (``(B, L)``, as ``pad_batch`` returns it) is set, 0 elsewhere.
+    """
+    from trace_train.grpo.packing import packed_attention
+
+    lengths = [len(t) for t in token_ids]
+    if loss_mask.shape[0] != len(lengths) or loss_mask.shape[1] < max(lengths):
+        raise ValueError(f"loss mask {tuple(loss_mask.shape)} does not cover sequences of lengths {lengths}")
+    device = loss_mask.device
+    flat = torch.as_tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=device).unsqueeze(0)
+    positions = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
+    offsets = torch.as_tensor([0, *lengths[:-1]], device=device).cumsum(0)
+    select = loss_mask > 0
+    select[:, 0] = False  # position 0 has no context inside its sequence
+    rows, cols = select.nonzero(as_tuple=True)  # row-major: the order masked_token_logprobs uses
+    source = offsets[rows] + cols - 1  # the packed position whose output predicts token (row, col)
+    targets = flat[0, source + 1]
+    parts = _body_and_head(model)
+    with packed_attention(model, lengths):
+        if parts is None:
+            logits = model(input_ids=flat, position_ids=positions, use_cache=False).logits[0, source]
+        else:
+            body, head = parts
+            hidden = body(input_ids=flat, position_ids=positions, use_cache=False).last_hidden_state
+            logits = head(hidden[0, source])
+    picked, ent = _picked(logits.float() / temperature, targets, with_entropy)
+    lp = torch.zeros(select.shape, dtype=torch.float32, device=device).index_put((rows, cols), picked)
+    entropy = None
+    if ent is not None:
+        entropy = torch.zeros(select.shape, dtype=torch.float32, device=device).index_put((rows, cols), ent)
     return lp, entropy

@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -22,7 +21,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
-from trace_envs.atomic_io import make_temp_dir, set_plain_write_modes
+from trace_envs.atomic_io import publish_dir, set_plain_write_modes
 
 logger = logging.getLogger(__name__)
 
@@ -130,21 +129,14 @@ def adapter_state_dict(model: PeftModel, name: str) -> dict[str, torch.Tensor]:
 
 def save_adapter(model: PeftModel, name: str, directory: str | os.PathLike) -> Path:
     """Write adapter ``name`` in PEFT format to ``directory`` atomically (temp dir + rename)."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = make_temp_dir(directory.parent, f".{directory.name}.")
-    try:
+
+    def write(tmp: Path) -> None:
         model.peft_config[name].save_pretrained(str(tmp))
         _sort_target_modules(tmp / "adapter_config.json")
         save_file(adapter_state_dict(model, name), str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
         set_plain_write_modes(tmp)
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return directory
+
+    return publish_dir(directory, write)
 
 
 def _sort_target_modules(config_path: Path) -> None:

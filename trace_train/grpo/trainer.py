@@ -251,7 +251,7 @@ class GRPOTrainer:
             elif hinted_samples:  # one step: "old = current" is exact; the hinted ones only feed the metric
                 self.model.eval()
                 hinted_old = sequence_logprobs(self.model, [samples[i] for i, _ in hinted_samples],
-                                               cfg.micro_batch_size, cfg.temperature, self.pad_id)
+                                               cfg.micro_batch_size, cfg.temperature, self.pad_id, cfg.packing)
                 hint_shift = _hint_logprob_shift(samples, dict(zip((i for i, _ in hinted_samples), hinted_old)),
                                                  hinted_samples)
             if old_lps is not None:
@@ -259,7 +259,8 @@ class GRPOTrainer:
             if cfg.kl_beta > 0:
                 self.model.eval()
                 with self.model.disable_adapter():
-                    ref_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id)
+                    ref_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id,
+                                                cfg.packing)
         t2 = time.perf_counter()
         update = optimize(
             self.model, self.optimizer, self.params, samples, cfg, iteration, old_lps, ref_lps, self.pad_id
@@ -329,7 +330,7 @@ class GRPOTrainer:
         use_sampler = cfg.old_logprobs == "sampler"
         missing = [i for i, s in enumerate(samples) if not use_sampler or s.sampler_logprobs is None]
         recomputed = sequence_logprobs(
-            self.model, [samples[i] for i in missing], cfg.micro_batch_size, cfg.temperature, self.pad_id
+            self.model, [samples[i] for i in missing], cfg.micro_batch_size, cfg.temperature, self.pad_id, cfg.packing
         ) if missing else []
         out = dict(zip(missing, recomputed))
         return [out[i] if i in out else torch.tensor(s.sampler_logprobs, dtype=torch.float32)

@@ -1,4 +1,12 @@
-"""The policy update of one iteration: micro-batched log-probs, the GRPO (or SFT) loss, AdamW steps."""
+"""The policy update of one iteration: micro-batched log-probs, the GRPO (or SFT) loss, AdamW steps.
+
+``packing`` (``grpo.packing``) decides how a micro-batch reaches the model: ``none`` right-pads it to its
+longest sequence under a padding mask; ``bucketed`` cuts micro-batches from the mini-batch sorted by
+length and drops the padding mask (right padding under causal attention: no real token sees a pad);
+``packed`` concatenates each micro-batch into one row with per-sequence attention
+(``trace_train.grpo.packing``). All three give the same per-token log-probs and gradients up to float
+rounding; the micro-batch composition (which samples share a forward) is the only other difference.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +20,15 @@ import torch
 
 from trace_train.grpo import dist
 from trace_train.grpo.config import GRPOConfig
-from trace_train.grpo.logprobs import masked_token_logprobs, pad_batch, pad_values, token_logprobs
+from trace_train.grpo.logprobs import (
+    masked_token_logprobs,
+    packed_token_logprobs,
+    pad_batch,
+    pad_values,
+    token_logprobs,
+)
 from trace_train.grpo.loss import grpo_loss, sft_loss
+from trace_train.grpo.packing import PACKING_MODES, bucket_order
 from trace_train.grpo.seeds import shuffle_generator
 
 
@@ -35,19 +50,61 @@ def _chunks(seq: Sequence[int], size: int) -> list[list[int]]:
     return [list(seq[i : i + size]) for i in range(0, len(seq), size)]
 
 
+def _check_packing(packing: str) -> None:
+    if packing not in PACKING_MODES:
+        raise ValueError(f"unknown packing {packing!r}; use one of {PACKING_MODES}")
+
+
+def _micro_batches(samples: Sequence[Sample], indices: Sequence[int], micro: int, packing: str) -> list[list[int]]:
+    if packing == "bucketed":
+        indices = bucket_order([len(s.token_ids) for s in samples], indices)
+    return _chunks(indices, micro)
+
+
+def micro_batch_logprobs(
+    model: torch.nn.Module,
+    batch: Sequence[Sample],
+    temperature: float,
+    packing: str = "none",
+    with_entropy: bool = False,
+    pad_id: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(logprobs, entropy, loss_mask)`` of one micro-batch, each ``(B, L)`` padded to its longest sample.
+
+    Log-probs are computed on the loss-mask positions (0 elsewhere) through the ``packing`` path."""
+    _check_packing(packing)
+    device = next(model.parameters()).device
+    ids, attn, mask = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
+    mask = mask.to(device)
+    if packing == "packed":
+        lp, ent = packed_token_logprobs(model, [s.token_ids for s in batch], mask, temperature, with_entropy)
+    else:
+        attention = attn.to(device) if packing == "none" else None
+        lp, ent = masked_token_logprobs(model, ids.to(device), attention, mask, temperature, with_entropy=with_entropy)
+    return lp, ent, mask
+
+
 @torch.no_grad()
 def sequence_logprobs(
-    model: torch.nn.Module, samples: Sequence[Sample], micro: int, temperature: float, pad_id: int = 0
+    model: torch.nn.Module, samples: Sequence[Sample], micro: int, temperature: float, pad_id: int = 0,
+    packing: str = "none",
 ) -> list[torch.Tensor]:
-    """Log-probs (1-D, one per sample, aligned with its token ids) under ``model`` as it is now."""
+    """Log-probs (1-D, one per sample, aligned with its token ids) under ``model`` as it is now.
+
+    ``packing="none"`` gives every position; ``bucketed``/``packed`` only the loss-mask positions (0
+    elsewhere, which is all the loss reads)."""
+    _check_packing(packing)
     device = next(model.parameters()).device
-    out: list[torch.Tensor] = []
-    for idx in _chunks(range(len(samples)), micro):
+    out: dict[int, torch.Tensor] = {}
+    for idx in _micro_batches(samples, range(len(samples)), micro, packing):
         batch = [samples[i] for i in idx]
-        ids, attn, _ = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
-        lp, _ = token_logprobs(model, ids.to(device), attn.to(device), temperature)
-        out.extend(lp[j, : len(s.token_ids)].cpu() for j, s in enumerate(batch))
-    return out
+        if packing == "none":
+            ids, attn, _ = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
+            lp, _ = token_logprobs(model, ids.to(device), attn.to(device), temperature)
+        else:
+            lp, _, _ = micro_batch_logprobs(model, batch, temperature, packing, pad_id=pad_id)
+        out.update((i, lp[j, : len(s.token_ids)].cpu()) for j, (i, s) in enumerate(zip(idx, batch)))
+    return [out[i] for i in range(len(samples))]
 
 
 def _stack(values: Sequence[torch.Tensor], length: int) -> torch.Tensor:
@@ -71,6 +128,7 @@ def optimize(
     and gradients are summed over ranks, so N ranks give the same step as one rank on all samples.
     ``old_lps=None`` means "old = current policy before the step" (exact when there is one step).
     """
+    _check_packing(cfg.packing)
     device = next(model.parameters()).device
     sums: dict[str, float] = defaultdict(float)
     weights: dict[str, float] = defaultdict(float)
@@ -88,13 +146,10 @@ def optimize(
             if normalizer == 0:
                 continue
             optimizer.zero_grad(set_to_none=True)
-            for idx in _chunks(mini, cfg.micro_batch_size):
+            for idx in _micro_batches(samples, mini, cfg.micro_batch_size, cfg.packing):
                 batch = [samples[i] for i in idx]
-                ids, attn, mask = pad_batch([s.token_ids for s in batch], [s.loss_mask for s in batch], pad_id)
-                length = ids.shape[1]
-                mask = mask.to(device)
-                lp, ent = masked_token_logprobs(model, ids.to(device), attn.to(device), mask, cfg.temperature,
-                                                with_entropy=True)
+                lp, ent, mask = micro_batch_logprobs(model, batch, cfg.temperature, cfg.packing, True, pad_id)
+                length = mask.shape[1]
                 if cfg.mode == "sft":
                     out = sft_loss(lp, mask, normalizer=normalizer)
                 else:

@@ -17,10 +17,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MoEConfig", "PipelineConfig", "PipelineConfigs", "check_force", "is_forced"]
 
-BASELINES = ("grpo_target", "mixture", "sft", "prompted")
-TRAINED_BASELINES = ("grpo_target", "mixture", "sft")
+BASELINES = ("grpo_target", "grpo_target_4x", "mixture", "sft", "prompted")
+TRAINED_BASELINES = ("grpo_target", "grpo_target_4x", "mixture", "sft")
 STAGES = ("bootstrap", "rollouts", "analysis", "synthesis", "train", "compose", "baselines", "eval", "routing",
-          "report")
+          "replication", "report")
+GATE_GRPO_ROWS = ("target", "mixture")
 
 
 @dataclass
@@ -62,6 +63,30 @@ class ReportStageConfig:
     routing is traced into ``routing/routing_trace.json`` (0: none)."""
 
     routing_sample: int = 6
+
+
+@dataclass
+class ReplicationStageConfig:
+    """The miniature replication's extra rows (``preset=replication``); everything off by default.
+
+    ``extra_seeds``: run seeds (``grpo.seed``) every trained row (adapters, gates, trained baselines) is trained with
+    besides the pipeline's own run, as ``<stage>@s<seed>`` stages; the tables report mean and spread over all.
+    ``top_k``: the routing ablation (gates trained and run top-k). ``scale``: TRACE over the analysis' first k
+    adapters beside the prompted base with the same k descriptions. ``task_router``: the task-level router over the
+    adapters. ``gate_grpo``: gates trained by gate-only GRPO on the ``target`` and/or the capability envs'
+    ``mixture``. ``trace_curve``: TRACE composed from each adapter checkpoint (its sample-efficiency curve)."""
+
+    extra_seeds: list[int] = field(default_factory=list)
+    top_k: list[int] = field(default_factory=list)
+    scale: list[int] = field(default_factory=list)
+    task_router: bool = False
+    gate_grpo: list[str] = field(default_factory=list)
+    trace_curve: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return (bool(self.extra_seeds) or bool(self.top_k or self.scale or self.gate_grpo) or self.task_router
+                or self.trace_curve)
 
 
 @dataclass
@@ -107,6 +132,7 @@ class PipelineConfig:
     eval: EvalStageConfig = field(default_factory=EvalStageConfig)
     policy: PolicyStageConfig = field(default_factory=PolicyStageConfig)
     report: ReportStageConfig = field(default_factory=ReportStageConfig)
+    replication: ReplicationStageConfig = field(default_factory=ReplicationStageConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "pipeline") -> "PipelineConfig":
@@ -143,6 +169,19 @@ class PipelineConfig:
                                  "pipeline.rollouts.split (train) and pipeline.eval.split (test); remove it")
         if self.train.max_capabilities < 1:
             raise ValueError(f"pipeline.train.max_capabilities must be >= 1, got {self.train.max_capabilities}")
+        self._validate_replication()
+
+    def _validate_replication(self) -> None:
+        rep = self.replication
+        if len(set(rep.extra_seeds)) != len(rep.extra_seeds):
+            raise ValueError(f"pipeline.replication.extra_seeds: give distinct run seeds, got {rep.extra_seeds}")
+        for key in ("top_k", "scale"):
+            bad = [k for k in getattr(rep, key) if k < 1]
+            if bad:
+                raise ValueError(f"pipeline.replication.{key}: every entry must be >= 1, got {bad}")
+        bad = [g for g in rep.gate_grpo if g not in GATE_GRPO_ROWS]
+        if bad:
+            raise ValueError(f"pipeline.replication.gate_grpo: unknown {bad}; choose from {list(GATE_GRPO_ROWS)}")
 
 
     @property
@@ -187,8 +226,9 @@ def target_domain(env_id: str, default: str) -> str:
     return default
 
 
-# stages run once per adapter / baseline, as ``train/<capability>`` and ``baselines/<name>``
-STAGE_GROUPS = ("train", "baselines")
+# stages run once per adapter / baseline / replication row, as ``train/<capability>``, ``baselines/<name>`` and
+# ``replication/<row>`` (another run seed appends ``@s<seed>``)
+STAGE_GROUPS = ("train", "baselines", "replication")
 
 
 def check_force(force: list[str]) -> None:
@@ -200,10 +240,13 @@ def check_force(force: list[str]) -> None:
             continue
         if group == "train" and member:
             continue
-        if group == "baselines" and member in TRAINED_BASELINES:
+        if group == "baselines" and member.partition("@")[0] in TRAINED_BASELINES:
+            continue
+        if group == "replication" and member:
             continue
         raise ValueError(f"pipeline.force: unknown stage {name!r}; valid: {', '.join(STAGES)}, "
-                         f"train/<capability>, {', '.join('baselines/' + b for b in TRAINED_BASELINES)}")
+                         f"train/<capability>, {', '.join('baselines/' + b for b in TRAINED_BASELINES)}, "
+                         "replication/<row>")
 
 
 def is_forced(stage: str, force: set[str] | list[str] | tuple[str, ...]) -> bool:

@@ -7,7 +7,7 @@ the mixture of its envs), and evaluation reports every target's test split and a
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from trace_train.pipeline.stages import (
     base_spec,
     capabilities_to_synthesize,
     capability_prompt,
+    checkpoint_of,
     compose_adapters,
     grpo_run,
     play,
@@ -28,6 +29,17 @@ from trace_train.pipeline.stages import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainedRun:
+    """What one run seed trained: ``trained`` (capability -> its GRPO stage outputs), the composed model's
+    compose outputs (None when composition is off or skipped) and the trained baselines' outputs."""
+
+    seed: int
+    trained: dict[str, dict[str, Any]]
+    composed: dict[str, Any] | None
+    baselines: dict[str, dict[str, Any]]
 
 
 class Pipeline:
@@ -42,6 +54,9 @@ class Pipeline:
         self.moe_cfg = moe_cfg if moe_cfg is not None else MoEConfig()
         self.synthesis_cfg, self.grpo_cfg, self.repo_root = synthesis_cfg, grpo_cfg, repo_root
         self.run_dir = Path(cfg.run_dir).resolve()
+        if grpo_cfg.seed in cfg.replication.extra_seeds:
+            raise ValueError(f"pipeline.replication.extra_seeds {cfg.replication.extra_seeds} repeats the pipeline's "
+                             f"own run seed grpo.seed={grpo_cfg.seed}")
         self.runner = StageRunner(self.run_dir, force=set(cfg.force),
                                   meta={"target_env": cfg.target_env if isinstance(cfg.target_env, str)
                                         else ", ".join(cfg.targets), "config": asdict(cfg)})
@@ -70,28 +85,62 @@ class Pipeline:
         envs = r.run("synthesis", h_syn, lambda d: self._synthesis(to_synthesize, model, d))["envs"]
         self._register_emitted()
         h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), policy_hash_part(cfg))
-        trained = {cap: r.run(f"train/{cap}", content_hash(h_train, cap),
-                              lambda d, cap=cap, env=env: grpo_run(cfg, self.grpo_cfg, model, env, cap, d,
-                                                                   self.grpo_cfg.iterations))
-                   for cap, env in envs.items()}
-        composed = None
-        if cfg.compose.enabled and trained:
-            composed = r.run("compose", content_hash(h_train, sorted(trained), asdict(cfg.compose),
-                                                     asdict(self.moe_cfg)),
-                             lambda d: compose_adapters(cfg, model, trained, d, self.moe_cfg))
-            if composed.get("skipped"):
-                logger.warning("composition skipped: %s", composed["skipped"])
-                composed = None
+        own = self.train_run(model, envs, h_train)
+        trained, composed, baselines = own.trained, own.composed, own.baselines
         trace_rollouts = sum(t["rollouts"] for t in trained.values())
-        baselines = {name: r.run(f"baselines/{name}", content_hash(h_train, name, sorted(envs)),
-                                 lambda d, name=name: self._baseline(name, model, envs, d))
-                     for name in cfg.baselines if name in TRAINED_BASELINES}
         h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines))
         r.run("eval", h_eval, lambda d: self._eval(model, trained, composed, baselines, trace_rollouts, d))
+        h_report = content_hash(h_eval, "report")
+        if cfg.replication.enabled:
+            from trace_train.pipeline.replication import Replication
+
+            tables = Replication(self, model, envs, h_train, h_eval).run(own)
+            h_report = content_hash(h_report, tables)
         if composed and cfg.report.routing_sample > 0:  # a stage of its own: eval's and report's hashes unchanged
             r.run("routing", content_hash(h_eval, "routing", asdict(cfg.report)),
                   lambda d: self._routing(model, composed, d))
-        return r.run("report", content_hash(h_eval, "report"), self._report)
+        return r.run("report", h_report, self._report)
+
+    def headline(self) -> str | None:
+        """The run's one-line verdict (composed vs base on the held-out seeds), None before the eval stage."""
+        import json
+
+        from trace_train.evaluation.replication_table import headline
+
+        path = self.run_dir / "eval" / "eval.json"
+        return headline(json.loads(path.read_text())["policies"]) if path.exists() else None
+
+    def train_run(self, model: str, envs: dict[str, Any], h_train: str, seed: int | None = None) -> TrainedRun:
+        """Every adapter, the composed model and the trained baselines of one run seed (``grpo.seed`` when
+        ``seed`` is None: the stages ``train/<cap>``, ``compose``, ``baselines/<name>``; another seed appends
+        ``@s<seed>`` to each stage and trains with ``grpo.seed=<seed>``)."""
+        cfg, r = self.cfg, self.runner
+        grpo_cfg = self.grpo_cfg if seed is None else replace(self.grpo_cfg, seed=seed)
+        tag = "" if seed is None else f"@s{seed}"
+        h = h_train if seed is None else content_hash(h_train, "seed", seed)
+        trained = {cap: r.run(f"train/{cap}{tag}", content_hash(h, cap),
+                              lambda d, cap=cap, env=env: grpo_run(cfg, grpo_cfg, model, env, cap, d,
+                                                                   grpo_cfg.iterations))
+                   for cap, env in envs.items()}
+        composed = None
+        if cfg.compose.enabled and trained:
+            composed = r.run(f"compose{tag}", content_hash(h, sorted(trained), asdict(cfg.compose),
+                                                           asdict(self.moe_cfg)),
+                             lambda d: compose_adapters(cfg, model, trained, d, self.moe_cfg,
+                                                        gate_env=self.gate_env(envs, self.moe_cfg.train.method)))
+            if composed.get("skipped"):
+                logger.warning("composition%s skipped: %s", tag, composed["skipped"])
+                composed = None
+        names = [n for n in cfg.baselines if n in TRAINED_BASELINES]
+        if {"grpo_target", "grpo_target_4x"} <= set(names):  # the 4x run first: the 1x row is its checkpoint
+            names.remove("grpo_target_4x")
+            names.insert(names.index("grpo_target"), "grpo_target_4x")
+        baselines: dict[str, dict[str, Any]] = {}
+        for name in names:
+            baselines[name] = r.run(f"baselines/{name}{tag}", content_hash(h, name, sorted(envs)),
+                                    lambda d, name=name: self._baseline(name, model, envs, d, grpo_cfg, baselines))
+        baselines = {n: baselines[n] for n in cfg.baselines if n in baselines}
+        return TrainedRun(seed=grpo_cfg.seed, trained=trained, composed=composed, baselines=baselines)
 
     # -- stages ---------------------------------------------------------------------------------
     def _rollouts(self, model: str, out: Path) -> dict[str, Any]:
@@ -175,6 +224,16 @@ class Pipeline:
 
         generated_envs.load(self.run_dir / "synthesis")
 
+    def gate_env(self, envs: dict[str, Any], method: str) -> tuple[Any, dict[str, Any] | None] | None:
+        """What gate-only GRPO plays for ``moe.train.method``: the target (``grpo_target``), the capability envs'
+        mixture (``grpo_mixture``), nothing for supervised gates."""
+        if method == "grpo_target":
+            return self._target_training()
+        if method == "grpo_mixture":
+            flat = [e for v in envs.values() for e in ([v] if isinstance(v, str) else v)]
+            return {e: 1.0 for e in dict.fromkeys(flat)}, None
+        return None
+
     def _target_training(self) -> tuple[str | dict[str, float], dict[str, Any]]:
         """What GRPO on the target trains on: the target (or the mixture of the targets) and its env kwargs."""
         cfg, split = self.cfg, self.cfg.rollouts.split
@@ -186,21 +245,24 @@ class Pipeline:
         env = cfg.targets[0] if not cfg.multi_target else {t: 1.0 for t in cfg.targets}
         return env, kwargs[0]
 
-    def _baseline(self, name: str, model: str, envs: dict[str, Any], out: Path) -> dict[str, Any]:
-        iterations = self.grpo_cfg.iterations * max(1, len(envs))  # the same rollout budget as TRACE
-        if name == "grpo_target":  # the target has no hints: grpo.hint_fraction is for the capability envs
+    def _baseline(self, name: str, model: str, envs: dict[str, Any], out: Path, grpo_cfg: Any,
+                  done: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        iterations = grpo_cfg.iterations * max(1, len(envs))  # the same rollout budget as TRACE
+        if name == "grpo_target" and "grpo_target_4x" in done:
+            return checkpoint_of(done["grpo_target_4x"], iterations)
+        if name in ("grpo_target", "grpo_target_4x"):  # no hints: grpo.hint_fraction is for the capability envs
             env, kwargs = self._target_training()
-            return grpo_run(self.cfg, replace(self.grpo_cfg, hint_fraction=0.0), model, env, name,
+            iterations *= 4 if name == "grpo_target_4x" else 1
+            return grpo_run(self.cfg, replace(grpo_cfg, hint_fraction=0.0), model, env, name,
                             out, iterations, env_kwargs=kwargs or None)
-        flat = [e for v in envs.values() for e in ([v] if isinstance(v, str) else v)]
-        if not flat:
+        mixture, _ = self.gate_env(envs, "grpo_mixture")
+        if not mixture:
             env, kwargs = self._target_training()
             mode = "sft" if name == "sft" else "grpo"
-            return grpo_run(self.cfg, self.grpo_cfg, model, env if isinstance(env, dict) else {env: 1.0}, name,
+            return grpo_run(self.cfg, grpo_cfg, model, env if isinstance(env, dict) else {env: 1.0}, name,
                             out, iterations, mode=mode, env_kwargs=kwargs or None)
-        mixture = {env: 1.0 for env in dict.fromkeys(flat)}
         mode = "sft" if name == "sft" else "grpo"
-        return grpo_run(self.cfg, self.grpo_cfg, model, mixture, name, out, iterations, mode=mode)
+        return grpo_run(self.cfg, grpo_cfg, model, mixture, name, out, iterations, mode=mode)
 
     def _eval(self, model: str, trained: dict, composed: dict | None, baselines: dict, trace_rollouts: int,
               out: Path) -> dict[str, Any]:

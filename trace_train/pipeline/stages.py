@@ -150,13 +150,29 @@ def grpo_run(cfg: PipelineConfig, grpo_cfg: Any, model_dir: str, env: str | dict
             "rollouts": iterations * gcfg.groups_per_iter * gcfg.group_size, "env": env}
 
 
-def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int):
-    """Successful capability-env rollouts (with token ids) from the GRPO runs, labelled with their slot."""
+def checkpoint_of(run: dict[str, Any], iterations: int) -> dict[str, Any]:
+    """A GRPO run's outputs as they stood after ``iterations``: the learning rate is constant and every
+    iteration's seeds come from (run seed, iteration) alone, so this is the run trained for ``iterations``
+    (``tests/pipeline/test_target_checkpoint.py`` checks the adapters are bit-identical)."""
+    versions = [v for v in run["versions"] if v["iteration"] <= iterations]
+    if not versions or versions[-1]["iteration"] != iterations:
+        raise ValueError(f"no checkpoint at iteration {iterations} in {run['adapter_dir']} (checkpoint_every must "
+                         "divide TRACE's iterations for the 1x GRPO-on-target row to come from the 4x run)")
+    return {**run, "adapter_dir": versions[-1]["dir"], "versions": versions, "rollouts": versions[-1]["rollouts"],
+            "checkpoint_of": run["adapter_dir"]}
+
+
+def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
+                  before_iteration: int | None = None):
+    """Successful capability-env rollouts (with token ids) from the GRPO runs, labelled with their slot, newest
+    first; ``before_iteration``: only those played before that many iterations (a checkpoint's own data)."""
     from trace_moe import GateExample
 
     examples = []
     for capability, out in train_outputs.items():
         files = sorted((Path(out["adapter_dir"]).parents[2] / "rollouts").glob("iter_*.jsonl"), reverse=True)
+        if before_iteration is not None:
+            files = [f for f in files if int(f.stem.removeprefix("iter_")) < before_iteration]
         taken = 0
         for path in files:
             for record in read_trajectories(path):
@@ -171,8 +187,14 @@ def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str
 
 
 def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
-                     out_dir: Path, moe: MoEConfig | None = None) -> dict[str, Any]:
-    """Gates over the trained adapters, configured by the ``moe`` group (``moe.gate``, ``moe.train``)."""
+                     out_dir: Path, moe: MoEConfig | None = None, before_iteration: int | None = None,
+                     gate_env: tuple[Any, dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Gates over the trained adapters, configured by the ``moe`` group (``moe.gate``, ``moe.train``), trained on
+    the adapters' successful rollouts (``before_iteration``: only those played before that iteration).
+
+    ``moe.train.method=grpo_target|grpo_mixture`` then refines those gates by gate-only GRPO (``moe.grpo``) on
+    ``gate_env`` (``(env id or {id: weight}, gym kwargs)``: the target, or the capability envs' mixture). GRPO
+    starts from the supervised gates because top-1 gates that route every token to the base get no gradient."""
     import numpy as np
 
     from trace_moe import ComposedModel, routing_report, train_gates
@@ -181,19 +203,42 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
                                              moe.gate, adapter_names=names)
-    examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability)
+    examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability,
+                             before_iteration)
     if not examples:
         return {"skipped": "no successful capability-env rollouts to train the gates on"}
     order = np.random.default_rng(0).permutation(len(examples))
     n_held = max(1, len(examples) // 10)
     held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
     metrics = train_gates(composed, train or held, moe.train)
+    outputs: dict[str, Any] = {"composed_dir": str(out_dir / "composed")}
+    if moe.train.method != "supervised":
+        outputs["gate_grpo"] = refine_gates_grpo(cfg, composed, model_dir, moe, gate_env, out_dir / "gate_grpo")
     report = routing_report(composed, held)
     composed.save(out_dir / "composed")
     write_json_atomic(out_dir / "routing_report.json", report.to_dict())
     write_json_atomic(out_dir / "compose_metrics.json", {"train": metrics.to_dict(), "examples": len(train),
                                                          "held_out": len(held)})
-    return {"composed_dir": str(out_dir / "composed"), "routing_accuracy": report.to_dict().get("token_accuracy")}
+    return {**outputs, "routing_accuracy": report.to_dict().get("token_accuracy")}
+
+
+def refine_gates_grpo(cfg: PipelineConfig, composed: Any, model_dir: str, moe: MoEConfig,
+                      gate_env: tuple[Any, dict[str, Any] | None] | None, out_dir: Path) -> dict[str, Any]:
+    """Gate-only GRPO (``trace_train.grpo.gate_grpo``) on ``gate_env``, resuming from ``out_dir``; returns its
+    iterations and rollouts."""
+    from transformers import AutoTokenizer
+
+    from trace_train.grpo.gate_grpo import train_gates_grpo
+
+    if gate_env is None:
+        raise ValueError(f"moe.train.method={moe.train.method} needs the env to train the gates on")
+    env, kwargs = gate_env
+    g = moe.grpo
+    result = train_gates_grpo(composed, AutoTokenizer.from_pretrained(model_dir), env, g, out_dir,
+                              env_kwargs=kwargs or None, resume=True,
+                              backend_kwargs={"render_tools": cfg.policy.render_tools, "policy_name": "moe"})
+    return {"iterations": result["iterations"], "rollouts": g.iterations * g.groups_per_iter * g.group_size,
+            "env": env}
 
 
 def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, trace_summary: dict[str, Any],

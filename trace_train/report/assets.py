@@ -40,6 +40,7 @@ svg .tick{font-size:11px;fill:#4b5563}svg .axis{font-size:12px;fill:#374151}
 svg .legend{font-size:12px;fill:#111827}svg .ctitle{font-size:13px;font-weight:600;fill:#111827}
 .cards{display:flex;flex-wrap:wrap;gap:12px}
 .card{border:1px solid var(--line);border-radius:6px;padding:8px;background:#fff}
+.headline{font-size:15px;margin:8px 0 0}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;
  background:#e5e7eb;color:#374151}
 .badge.ok{background:#d1fae5;color:#065f46}.badge.bad{background:#fee2e2;color:#991b1b}

@@ -12,6 +12,7 @@ from trace_train.report.assets import CSS, ERROR_HOOK_JS, VIEWER_JS
 from trace_train.report.html_util import not_run, section
 from trace_train.report.loaders import Loaded, RunData, load_run
 from trace_train.report.sections_analysis import calibration_section, capabilities_section, pipeline_section
+from trace_train.report.sections_replication import headline_banner, replication_section
 from trace_train.report.sections_results import (
     efficiency_section,
     evaluation_section,
@@ -28,8 +29,8 @@ DEFAULT_LIMITS = ViewerLimits()
 
 SECTIONS = (
     ("pipeline", "Pipeline"), ("analysis", "Capabilities"), ("synthesis", "Environments"),
-    ("training", "Training"), ("evaluation", "Evaluation"), ("efficiency", "Sample efficiency"),
-    ("routing", "Routing"), ("viewer", "Trajectories"),
+    ("training", "Training"), ("evaluation", "Evaluation"), ("replication", "Replication"),
+    ("efficiency", "Sample efficiency"), ("routing", "Routing"), ("viewer", "Trajectories"),
 )
 
 
@@ -67,12 +68,13 @@ def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: st
     parts = {
         "pipeline": pipeline_section(run), "analysis": capabilities_section(run),
         "synthesis": calibration_section(run), "training": training_section(run),
-        "evaluation": evaluation_section(run), "efficiency": efficiency_section(run),
+        "evaluation": evaluation_section(run), "replication": replication_section(run),
+        "efficiency": efficiency_section(run),
         "routing": with_routing_trace(routing_section(run), run), "viewer": viewer_section(run, limits),
     }
     nav = "".join(
         f'<a href="#{sid}" class="{"missing" if "notrun" in parts[sid] else ""}">{esc(label)}</a>'
-        for sid, label in SECTIONS)
+        for sid, label in SECTIONS if parts[sid])
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sub = f"target <code>{esc(target)}</code> · " if target else ""
     return (
@@ -80,7 +82,7 @@ def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: st
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style><script>{ERROR_HOOK_JS}</script></head><body>"
         f"<header><h1>{esc(title)}</h1><p>{sub}run directory <code>{esc(run.run_dir)}</code> · "
-        f"generated {stamp} by trace-rl</p></header><nav>{nav}</nav><main>"
+        f"generated {stamp} by trace-rl</p>{headline_banner(run)}</header><nav>{nav}</nav><main>"
         + "".join(parts[sid] for sid, _ in SECTIONS)
         + f"</main><footer>trace-rl report · self-contained, no network access needed</footer>"
         f"<script>{VIEWER_JS}</script></body></html>\n"

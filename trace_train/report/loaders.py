@@ -27,6 +27,7 @@ ROUTING = "compose/routing_report.json"
 COMPOSE_METRICS = "compose/compose_metrics.json"
 EVAL = "eval/eval.json"
 SAMPLE_EFFICIENCY = "eval/sample_efficiency.json"
+REPLICATION = "replication/tables/tables.json"
 EVAL_TRAJ = re.compile(r"^trajectories_(.+)\.jsonl$")
 
 
@@ -58,6 +59,7 @@ class RunData:
     eval: Loaded
     sample_efficiency: Loaded
     trajectories: dict[str, Loaded] = field(default_factory=dict)  # source name -> TrajectoryRecord dicts
+    replication: Loaded = field(default_factory=lambda: Loaded(REPLICATION))  # the replication's tables
 
 
 def load_json(run_dir: Path, rel: str) -> Loaded:
@@ -155,6 +157,7 @@ def load_run(run_dir: str | Path, trajectory_scan_limit: int = 5000) -> RunData:
         eval=load_json(run_dir, EVAL),
         sample_efficiency=load_json(run_dir, SAMPLE_EFFICIENCY),
         trajectories=trajectories,
+        replication=load_json(run_dir, REPLICATION),
     )
 
 

@@ -10,52 +10,20 @@ An accepted module is emitted with its provenance (``trace_envs.synthesis.llm.em
 
 from __future__ import annotations
 
-import logging
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trace_envs.atomic_io import write_text_atomic
-from trace_envs.records import TrajectoryRecord, write_json_atomic
+from trace_envs.records import TrajectoryRecord
 from trace_envs.registry import unregister_env
 from trace_envs.synthesis import Collector, SelectedCapability, SynthesisConfig, calibrate_env
 from trace_envs.synthesis.calibrate import make_trial
 from trace_envs.synthesis.llm.emit_llm import emit_llm_env
 from trace_envs.synthesis.llm.loader import ENTRY_POINT, sha256_text
 from trace_envs.synthesis.llm.validate import target_tool_schemas, validate_module
-from trace_train.analysis.llm_client import ChatClient, LLMError
-from trace_train.synthesis.prompt import build_messages, extract_module, prompt_hash, retry_message
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Attempt:
-    index: int
-    prompt_sha256: str
-    model: str
-    base_url: str
-    response: str
-    module_sha256: str | None
-    stage: str  # where it stopped: llm, extract, static, dynamic, calibration, accepted
-    report: dict[str, Any] = field(default_factory=dict)
-    accepted: bool = False
-    elapsed_s: float = 0.0
-
-
-@dataclass
-class LLMCapabilityResult:
-    capability: str
-    accepted: bool
-    reason: str
-    attempts: list[Attempt] = field(default_factory=list)
-    entry: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"capability": self.capability, "accepted": self.accepted, "reason": self.reason,
-                "attempts": [{k: v for k, v in asdict(a).items() if k != "response"} for a in self.attempts],
-                "env_id": self.entry["env_id"] if self.entry else None}
+from trace_train.analysis.llm_client import ChatClient
+from trace_train.synthesis.attempts import Attempt, AttemptSteps, LLMCapabilityResult, run_attempts
+from trace_train.synthesis.prompt import build_messages, extract_module, retry_message
 
 
 def make_client(cfg: SynthesisConfig) -> ChatClient:
@@ -101,74 +69,34 @@ def generate_env(cap: SelectedCapability, cfg: SynthesisConfig, client: ChatClie
     tools = list(target_tool_schemas(cfg.domain).values())
     messages = build_messages(cap, cfg.domain, tools, records or [], llm.n_failed_examples, llm.prompt)
     cap_dir = Path(attempts_dir) / cap.name
-    result = LLMCapabilityResult(cap.name, False, "no attempt made")
-    for index in range(1, llm.max_attempts + 1):
-        start = time.monotonic()
-        attempt = Attempt(index, prompt_hash(messages), client.model, client.endpoint, "", None, "llm")
-        try:
-            attempt.response = client.complete(messages, seed=index)
-        except LLMError as exc:
-            attempt.report = {"error": str(exc)}
-            result.attempts.append(attempt)
-            _save(cap_dir, attempt, messages)
-            result.reason = f"the LLM endpoint failed: {exc}"
-            logger.error("LLM env generator, %s: %s", cap.name, result.reason)
-            return result
-        feedback = None
-        try:
-            module = extract_module(attempt.response)
-        except ValueError as exc:
-            attempt.stage, attempt.report = "extract", {"failures": [str(exc)]}
-            feedback = f"Your answer was rejected: {exc}."
-        else:
-            attempt.module_sha256 = sha256_text(module)
-            report = validate_module(module, cap.name, cfg.domain, llm.validation)
-            attempt.report = {"validation": report.to_dict()}
-            if not report.ok:
-                attempt.stage, feedback = report.stage, report.feedback()
-            else:
-                source_path = cap_dir / f"attempt_{index}.py"
-                write_text_atomic(source_path, module)
-                failures, stats = _calibrate(source_path, attempt.module_sha256, cap.name, cfg, collector)
-                attempt.report["calibration"] = {"stats": stats, "failures": failures}
-                if failures:
-                    attempt.stage, feedback = "calibration", _calibration_feedback(failures, stats)
-                else:
-                    attempt.stage, attempt.accepted = "accepted", True
-        attempt.elapsed_s = time.monotonic() - start
-        result.attempts.append(attempt)
-        _save(cap_dir, attempt, messages)
-        logger.info("LLM env generator, %s attempt %d/%d: %s", cap.name, index, llm.max_attempts, attempt.stage)
-        if attempt.accepted:
-            provenance = {"generator": "llm", "model": client.model, "base_url": client.endpoint,
-                          "accepted_attempt": index, "attempts": len(result.attempts),
-                          "prompt_sha256": [a.prompt_sha256 for a in result.attempts],
-                          "validation": attempt.report["validation"]["measured"],
-                          "sandbox": attempt.report["validation"]["sandbox"],
-                          "calibration": attempt.report["calibration"]["stats"], "passed_gate": True,
-                          "attempts_dir": str(cap_dir), "source_run": source, "description": cap.description}
-            result.entry = emit_llm_env(cap.name, cfg.domain, module, out_dir, provenance)
-            result.accepted, result.reason = True, f"accepted on attempt {index}"
-            return result
-        messages = [*messages, {"role": "assistant", "content": attempt.response}, retry_message(feedback or "")]
-    last = result.attempts[-1]
-    result.reason = f"no module accepted in {llm.max_attempts} attempts; last failure at {last.stage}: " + \
-        "; ".join(_failures(last))[:500]
-    logger.warning("LLM env generator, %s: %s", cap.name, result.reason)
-    return result
 
+    def check(module: str, attempt: Attempt) -> str | None:
+        attempt.module_sha256 = sha256_text(module)
+        report = validate_module(module, cap.name, cfg.domain, llm.validation)
+        attempt.report = {"validation": report.to_dict()}
+        if not report.ok:
+            attempt.stage = report.stage
+            return report.feedback()
+        source_path = cap_dir / f"attempt_{attempt.index}.py"
+        write_text_atomic(source_path, module)
+        failures, stats = _calibrate(source_path, attempt.module_sha256, cap.name, cfg, collector)
+        attempt.report["calibration"] = {"stats": stats, "failures": failures}
+        if failures:
+            attempt.stage = "calibration"
+            return _calibration_feedback(failures, stats)
+        attempt.stage, attempt.accepted = "accepted", True
+        return None
 
-def _failures(attempt: Attempt) -> list[str]:
-    rep = attempt.report
-    if "calibration" in rep:
-        return rep["calibration"]["failures"]
-    if "validation" in rep:
-        return rep["validation"]["failures"]
-    return rep.get("failures", [rep.get("error", "")])
+    def provenance(attempt: Attempt) -> dict[str, Any]:
+        return {"validation": attempt.report["validation"]["measured"],
+                "sandbox": attempt.report["validation"]["sandbox"],
+                "calibration": attempt.report["calibration"]["stats"], "passed_gate": True}
 
-
-def _save(cap_dir: Path, attempt: Attempt, messages: list[dict[str, str]]) -> None:
-    write_json_atomic(cap_dir / f"attempt_{attempt.index}.json", {**asdict(attempt), "prompt": messages})
+    steps = AttemptSteps(
+        generator="llm", label="LLM env generator", noun="module", extract=extract_module, check=check,
+        provenance=provenance, retry=retry_message,
+        emit=lambda module, _attempt, prov: emit_llm_env(cap.name, cfg.domain, module, out_dir, prov))
+    return run_attempts(cap, llm.max_attempts, client, messages, cap_dir, steps, source)
 
 
 def synthesize_llm(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir: str | Path,

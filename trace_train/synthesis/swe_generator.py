@@ -12,12 +12,10 @@ episode is minutes of agent time); the manifest row says so (``calibration: null
 from __future__ import annotations
 
 import json
-import logging
-import time
-from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from trace_envs.records import TrajectoryRecord, write_json_atomic
+from trace_envs.records import TrajectoryRecord
 from trace_envs.synthesis import SelectedCapability, SynthesisConfig
 from trace_envs.synthesis.llm.swe_emit import emit_swe_scenario, scenario_sha
 from trace_envs.synthesis.llm.swe_scenario import (
@@ -29,12 +27,12 @@ from trace_envs.synthesis.llm.swe_scenario import (
     extract_json,
 )
 from trace_envs.synthesis.llm.swe_validate import validate_scenario
-from trace_train.analysis.llm_client import ChatClient, LLMError
+from trace_train.analysis.llm_client import ChatClient
 from trace_train.paths import PROMPTS_DIR
-from trace_train.synthesis.generator import Attempt, LLMCapabilityResult, make_client
-from trace_train.synthesis.prompt import _stats, _trajectory_text, failed_examples, prompt_hash
+from trace_train.synthesis.attempts import Attempt, AttemptSteps, LLMCapabilityResult, run_attempts
+from trace_train.synthesis.generator import make_client
+from trace_train.synthesis.prompt import _stats, _trajectory_text, failed_examples
 
-logger = logging.getLogger(__name__)
 SYSTEM = ("You are an expert Python engineer who writes SWE-bench-style training tasks for coding agents. "
           "Answer with one JSON object in a fenced ```json block.")
 
@@ -69,56 +67,29 @@ def generate_scenario(cap: SelectedCapability, cfg: SynthesisConfig, client: Cha
     llm = cfg.llm
     messages = build_swe_messages(cap, records or [], llm.n_failed_examples)
     cap_dir = Path(out_dir) / "llm_attempts" / cap.name
-    result = LLMCapabilityResult(cap.name, False, "no attempt made")
-    for index in range(1, llm.max_attempts + 1):
-        start = time.monotonic()
-        attempt = Attempt(index, prompt_hash(messages), client.model, client.endpoint, "", None, "llm")
-        try:
-            attempt.response = client.complete(messages, seed=index)
-        except LLMError as exc:
-            attempt.report = {"error": str(exc)}
-            result.attempts.append(attempt)
-            _save(cap_dir, attempt, messages)
-            result.reason = f"the LLM endpoint failed: {exc}"
-            logger.error("SWE scenario generator, %s: %s", cap.name, result.reason)
-            return result
-        feedback, report = None, None
-        try:
-            doc = extract_json(attempt.response)
-        except ValueError as exc:
-            attempt.stage, attempt.report = "extract", {"failures": [str(exc)]}
-            feedback = f"Your answer was rejected: {exc}."
-        else:
-            attempt.module_sha256 = scenario_sha_of(doc)
-            report = validate_scenario(doc, llm.validation)
-            attempt.report = {"validation": report.to_dict()}
-            attempt.stage = "accepted" if report.ok else report.stage
-            attempt.accepted = report.ok
-            feedback = None if report.ok else report.feedback()
-        attempt.elapsed_s = time.monotonic() - start
-        result.attempts.append(attempt)
-        _save(cap_dir, attempt, messages)
-        logger.info("SWE scenario generator, %s attempt %d/%d: %s", cap.name, index, llm.max_attempts, attempt.stage)
-        if attempt.accepted and report is not None:
-            scenario = check_scenario(doc).scenario
-            assert scenario is not None
-            provenance = {"generator": "llm-swe", "model": client.model, "base_url": client.endpoint,
-                          "accepted_attempt": index, "attempts": len(result.attempts),
-                          "prompt_sha256": [a.prompt_sha256 for a in result.attempts],
-                          "validation": {"before": report.before, "after": report.after,
-                                         "elapsed_s": report.elapsed_s},
-                          "sandbox": report.sandbox, "calibration": None, "attempts_dir": str(cap_dir),
-                          "source_run": source, "description": cap.description}
-            result.entry = emit_swe_scenario(cap.name, scenario, report.pass_to_pass, out_dir, provenance)
-            result.accepted, result.reason = True, f"accepted on attempt {index}"
-            return result
-        messages = [*messages, {"role": "assistant", "content": attempt.response}, _retry(feedback or "")]
-    last = result.attempts[-1]
-    failures = last.report.get("validation", {}).get("failures") or last.report.get("failures") or []
-    result.reason = (f"no scenario accepted in {llm.max_attempts} attempts; last failure at {last.stage}: "
-                     + "; ".join(failures)[:500])
-    logger.warning("SWE scenario generator, %s: %s", cap.name, result.reason)
-    return result
+
+    def check(doc: dict, attempt: Attempt) -> str | None:
+        attempt.module_sha256 = scenario_sha_of(doc)
+        report = validate_scenario(doc, llm.validation)
+        attempt.report = {"validation": report.to_dict()}
+        attempt.stage = "accepted" if report.ok else report.stage
+        attempt.accepted = report.ok
+        return None if report.ok else report.feedback()
+
+    def provenance(attempt: Attempt) -> dict[str, Any]:
+        report = attempt.report["validation"]
+        return {"validation": {"before": report["before"], "after": report["after"],
+                               "elapsed_s": report["elapsed_s"]},
+                "sandbox": report["sandbox"], "calibration": None}
+
+    def emit(doc: dict, attempt: Attempt, prov: dict[str, Any]) -> dict[str, Any]:
+        scenario = check_scenario(doc).scenario
+        assert scenario is not None
+        return emit_swe_scenario(cap.name, scenario, attempt.report["validation"]["pass_to_pass"], out_dir, prov)
+
+    steps = AttemptSteps(generator="llm-swe", label="SWE scenario generator", noun="scenario", extract=extract_json,
+                         check=check, provenance=provenance, emit=emit, retry=_retry)
+    return run_attempts(cap, llm.max_attempts, client, messages, cap_dir, steps, source)
 
 
 def scenario_sha_of(doc: dict) -> str | None:
@@ -129,10 +100,6 @@ def scenario_sha_of(doc: dict) -> str | None:
     import hashlib
 
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _save(cap_dir: Path, attempt: Attempt, messages: list[dict[str, str]]) -> None:
-    write_json_atomic(cap_dir / f"attempt_{attempt.index}.json", {**asdict(attempt), "prompt": messages})
 
 
 def synthesize_swe(selected: list[SelectedCapability], cfg: SynthesisConfig, out_dir: str | Path,

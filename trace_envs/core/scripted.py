@@ -1,0 +1,71 @@
+"""What the scripted (rule-based) experts and users of the tool-use domains share.
+
+* :class:`GeneratorScript`: an expert written as a generator (``_script`` yields each action and is sent
+  the next observation); ``act`` drives it and closes the conversation once it is spent.
+* :class:`ScriptedUserReplies`: the scripted user's reply rules (stop on a non-question, yes to a
+  confirmation, the identity when asked for it, a bounded number of idle replies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from trace_envs.core.tool_env import STOP_TOKEN, UserReply
+
+Observation = list[dict[str, Any]]
+Script = Generator[str, Observation, None]
+
+
+def last_tool_output(obs: Observation) -> str:
+    """The content of the last tool message of ``obs`` ("" when there is none)."""
+    tools = [m for m in obs if m.get("role") == "tool"]
+    return tools[-1]["content"] if tools else ""
+
+
+class GeneratorScript:
+    """Mixin for a scripted policy whose episode is a generator: ``_start(script)`` at reset, then ``act``."""
+
+    _gen: Script | None = None
+    _first: bool = True
+
+    def _start(self, script: Script) -> None:
+        self._gen = script
+        self._first = True
+
+    def act(self, observation: Observation) -> str:
+        """The script's next action (the first call primes it); a polite stop once the script has ended."""
+        if self._gen is None:
+            raise RuntimeError("call reset() first")
+        try:
+            if self._first:
+                self._first = False
+                return next(self._gen)
+            return self._gen.send(observation)
+        except StopIteration:
+            return f"Thank you. {STOP_TOKEN}"
+
+
+class ScriptedUserReplies:
+    """Mixin for a deterministic user: subclasses set ``identity_words`` and implement ``_identity_text``."""
+
+    identity_words: tuple[str, ...] = ()
+    max_idle_replies: int = 2
+    idle_replies: int = 0
+
+    def _identity_text(self) -> str:
+        raise NotImplementedError
+
+    def reply(self, assistant_text: str) -> UserReply:
+        """Stop on a non-question; "yes" to a confirmation; the identity when asked; else go ahead (bounded)."""
+        text = assistant_text.lower()
+        if "?" not in text:
+            return UserReply(STOP_TOKEN, stop=True)
+        if "confirm" in text:
+            return UserReply("yes")
+        if any(word in text for word in self.identity_words):
+            return UserReply(self._identity_text())
+        self.idle_replies += 1
+        if self.idle_replies > self.max_idle_replies:
+            return UserReply(STOP_TOKEN, stop=True)
+        return UserReply("I have nothing to add, please go ahead.")

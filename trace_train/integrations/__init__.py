@@ -1,0 +1,1 @@
+"""Bridges to other training libraries (imported explicitly; nothing here imports them at import time)."""
