@@ -10,6 +10,10 @@ subprocess so that peak RSS (``resource.getrusage``) is per mode; Python-heap pe
 episodes' mean non-sampled length, then greedy decoding of their mean sampled length in one stream
 (no env, no per-row samplers, no padding, no turns). Ours is printed as a fraction of it.
 
+``--warmup N`` (default 1): each mode first runs N untimed passes of the same shapes (ours: the same requests on
+env seeds 10,000 higher; the bound: its loop), as every GRPO iteration after the first sees them; ``--warmup 0``
+measures a cold process (first-call allocations and kernel selection included).
+
     .venv/bin/python benchmarks/rollout_throughput.py [--group 16] [--max-new-tokens 32] [--max-turns 4]
     .venv/bin/python benchmarks/rollout_throughput.py --checkpoint checkpoints/retail-sim-tiny \
         --env trace/precondition_verification-v0 --group 8 --groups 4 --max-new-tokens 96 --max-turns 0
@@ -62,6 +66,13 @@ def _setup(args):
     return backend, requests
 
 
+def _warmup_requests(requests: list) -> list:
+    """The same shapes on other env seeds (untimed passes must not replay the timed episodes)."""
+    from dataclasses import replace
+
+    return [replace(r, seed=r.seed + 10_000) for r in requests]
+
+
 def run_bound(args) -> dict:
     """Bare batched decode loop: same model and batch, mean prompt / completion lengths, no env."""
     import torch
@@ -74,12 +85,18 @@ def run_bound(args) -> dict:
     prompt, completion = args.prompt_len, args.completion_len
     ids = torch.randint(3, model.config.vocab_size, (n, prompt), generator=torch.Generator().manual_seed(0))
     kw = _cache_kwarg(model)
+
+    def decode() -> None:
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: make_cache(prompt + completion)})
+            for _ in range(completion - 1):
+                token = out.logits[:, -1].argmax(-1, keepdim=True)
+                out = model(input_ids=token, use_cache=True, **{kw: _out_cache(out)})
+
+    for _ in range(args.warmup):
+        decode()
     start, cpu0 = time.perf_counter(), time.process_time()
-    with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: make_cache(prompt + completion)})
-        for _ in range(completion - 1):
-            token = out.logits[:, -1].argmax(-1, keepdim=True)
-            out = model(input_ids=token, use_cache=True, **{kw: _out_cache(out)})
+    decode()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
     return {"mode": "bound", "episodes": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "cpu_tokens_per_s": round(n * completion / cpu, 1), "generated_tokens": n * completion,
@@ -96,6 +113,12 @@ def run_mode(args) -> dict:
         return run_bound(args)
     backend, requests = _setup(args)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    for _ in range(args.warmup):
+        if args.mode in ("batched", "nocache"):
+            backend.rollout(_warmup_requests(requests), sampling)
+        else:
+            for req in _warmup_requests(requests):
+                backend.rollout([req], sampling)
     tracemalloc.start()
     start, cpu0 = time.perf_counter(), time.process_time()
     env_s = 0.0
@@ -138,6 +161,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed passes of the same shapes first (0: cold)")
     args = parser.parse_args()
     if args.mode != "both":
         print(json.dumps(run_mode(args)))
@@ -146,7 +170,8 @@ def main() -> None:
     for mode in ("batched", "nocache", "sequential", "bound"):
         cmd = [sys.executable, __file__, "--mode", mode, "--group", str(args.group), "--groups", str(args.groups),
                "--max-new-tokens", str(args.max_new_tokens), "--max-turns", str(args.max_turns),
-               "--preset", args.preset, "--env", args.env, "--checkpoint", args.checkpoint]
+               "--preset", args.preset, "--env", args.env, "--checkpoint", args.checkpoint,
+               "--warmup", str(args.warmup)]
         if mode == "bound":
             shape = results[0]
             cmd += ["--prompt-len", str(round(shape["non_sampled_per_episode"])),
@@ -159,7 +184,8 @@ def main() -> None:
     keys = ["mode", "episodes", "wall_s", "cpu_s", "env_s", "generated_tokens", "tokens_per_s", "cpu_tokens_per_s",
             "episodes_per_s", "mean_context_tokens", "peak_rss_mb", "python_heap_peak_mb", "token_ids_sha"]
     model = args.checkpoint or f"untrained {args.preset}"
-    table = Table(title=f"hf rollout on {args.env}, {args.groups} x G={args.group}, 1 thread, {model}")
+    table = Table(title=f"hf rollout on {args.env}, {args.groups} x G={args.group}, 1 thread, {model}, "
+                        f"{args.warmup} untimed warm-up pass(es)")
     for key in keys:
         table.add_column(key)
     for row in results:

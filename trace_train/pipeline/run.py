@@ -54,7 +54,7 @@ class Pipeline:
         self.moe_cfg = moe_cfg if moe_cfg is not None else MoEConfig()
         self.synthesis_cfg, self.grpo_cfg, self.repo_root = synthesis_cfg, grpo_cfg, repo_root
         self.run_dir = Path(cfg.run_dir).resolve()
-        if grpo_cfg.seed in cfg.replication.extra_seeds:
+        if cfg.replication.extra_seeds and grpo_cfg.seed in cfg.replication.extra_seeds:
             raise ValueError(f"pipeline.replication.extra_seeds {cfg.replication.extra_seeds} repeats the pipeline's "
                              f"own run seed grpo.seed={grpo_cfg.seed}")
         self.runner = StageRunner(self.run_dir, force=set(cfg.force),
