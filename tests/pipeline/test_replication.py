@@ -99,6 +99,8 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
     assert caps[0].replace("_", " ") in system and caps[1].replace("_", " ") not in system
     html = (run_dir / "report.html").read_text()
     assert "Miniature replication" in html and "Routing ablation" in html and "Capabilities scale" in html
+    assert '<p class="headline">' in html and "&lt;span" not in html  # badges are markup, not escaped text
+    assert main["precondition_verification"]["rollouts"] == 8  # 1 iteration x 2 groups x 4
 
     printed = subprocess.run([sys.executable, "benchmarks/miniature_replication.py", "--preset", "replication",
                               "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=300,

@@ -68,6 +68,7 @@ class Replication:
         curves = self._curves(own) if self.rep.trace_curve else {}
         budgets = {"TRACE": sum(t["rollouts"] for t in own.trained.values())}
         budgets.update({name: b["rollouts"] for name, b in own.baselines.items()})
+        budgets.update({cap: t["rollouts"] for cap, t in own.trained.items()})
         seeds = [run.seed for run in runs]
         h = content_hash(self.h_eval, "tables", [asdict(r) for r in rows], curves, budgets, seeds)
         return self.runner.run("replication/tables", h,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trace_train.evaluation.replication_table import headline
-from trace_train.report.html_util import badge, fmt, section, table
+from trace_train.report.html_util import Raw, badge, fmt, section, table
 from trace_train.report.loaders import RunData
 from trace_train.report.svg import Series, esc, line_chart
 
@@ -41,8 +41,8 @@ def replication_section(run: RunData) -> str:
     parts = []
     goals = doc.get("goals") or []
     parts.append(table(["goal", "", "measured"], [
-        [g["goal"], badge({True: "met", False: "not met", None: "not measured"}[g["met"]],
-                          {True: "ok", False: "warn", None: "muted"}[g["met"]]), g["detail"]] for g in goals]))
+        [g["goal"], Raw(badge({True: "met", False: "not met", None: "not measured"}[g["met"]],
+                              {True: "ok", False: "warn", None: "muted"}[g["met"]])), g["detail"]] for g in goals]))
     main = doc.get("main") or {}
     parts.append("<h3>Main table</h3>" + table(
         ["row", "held-out success (mean ± sd)", "per seed [95 % interval]", "training rollouts"],
