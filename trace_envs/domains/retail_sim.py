@@ -33,6 +33,18 @@ _BAD_STATUS = {"cancel": ("delivered", "processed"), "return": ("pending", "proc
 _OWNERSHIP_WORDS = ("not your", "another", "belong", "someone else", "other customer", "other user", "not yours")
 
 
+RETAIL_REQUEST_KINDS = {"guarded": ("cancel", "return"), "plain": ("cancel", "return"),
+                        "selection": ("exchange", "modify_items"), "question": ("question",),
+                        "exact": ("cancel", "return", "modify_address")}
+
+
+def retail_request_kinds(purpose: str) -> tuple[str, ...]:
+    """The retail request kinds that serve a family's ``purpose`` (shared by retail-sim and τ² retail)."""
+    if purpose not in RETAIL_REQUEST_KINDS:
+        raise ValueError(f"unknown request purpose {purpose!r}; known: {sorted(RETAIL_REQUEST_KINDS)}")
+    return RETAIL_REQUEST_KINDS[purpose]
+
+
 @dataclass
 class RetailWorld:
     builder: WorldBuilder
@@ -84,12 +96,7 @@ class RetailSimDomain(Domain):
 
     # -- request primitives ----------------------------------------------------------------------
     def kinds(self, purpose: str) -> tuple[str, ...]:
-        table = {"guarded": ("cancel", "return"), "plain": ("cancel", "return"),
-                 "selection": ("exchange", "modify_items"), "question": ("question",),
-                 "exact": ("cancel", "return", "modify_address")}
-        if purpose not in table:
-            raise ValueError(f"unknown request purpose {purpose!r}; known: {sorted(table)}")
-        return table[purpose]
+        return retail_request_kinds(purpose)
 
     def _request(self, world: RetailWorld, intent: Intent, case: str = "allow",
                  reason_words: tuple[str, ...] = (), **details: Any) -> Request:

@@ -15,6 +15,7 @@ import numpy as np
 
 from trace_envs.domains.base import Request
 from trace_envs.domains.errors import DrawFailed
+from trace_envs.domains.retail_sim import retail_request_kinds
 from trace_envs.domains.tau2_common import (
     AUTH_WORDS,
     OWNERSHIP_WORDS,
@@ -250,12 +251,7 @@ class Tau2RetailDomain(Tau2FamilyDomain):
 
     # -- policy checks on looked-up records ------------------------------------------------------
     def kinds(self, purpose: str) -> tuple[str, ...]:
-        table = {"guarded": ("cancel", "return"), "plain": ("cancel", "return"),
-                 "selection": ("exchange", "modify_items"), "question": ("question",),
-                 "exact": ("cancel", "return", "modify_address")}
-        if purpose not in table:
-            raise ValueError(f"unknown request purpose {purpose!r}; known: {sorted(table)}")
-        return table[purpose]
+        return retail_request_kinds(purpose)
 
     def refusal(self, spec: dict[str, Any], record: dict[str, Any], user_id: str) -> str:
         oid, kind = spec["entity_id"], spec["kind"]

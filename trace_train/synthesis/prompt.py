@@ -13,6 +13,7 @@ import numpy as np
 from trace_envs.domains import get_domain
 from trace_envs.records import TrajectoryRecord
 from trace_envs.synthesis.emit import SelectedCapability
+from trace_envs.synthesis.llm.fenced import longest_fenced_block
 from trace_train.paths import PROMPTS_DIR
 
 SYSTEM = ("You are an expert Python engineer who writes reinforcement-learning environments for tool-use agents. "
@@ -70,10 +71,15 @@ def build_messages(cap: SelectedCapability, domain: str, tools: list[dict[str, A
         "db_example": _db_example(domain),
         "failed_trajectories": "\n\n".join(_trajectory_text(r) for r in examples) or "(none available)",
     }
+    return fill_messages(SYSTEM, template, fields)
+
+
+def fill_messages(system: str, template: str, fields: dict[str, Any]) -> list[dict[str, str]]:
+    """The system message and the user message ``template`` with every ``{{key}}`` replaced by its field."""
     text = template
     for key, value in fields.items():
         text = text.replace("{{" + key + "}}", str(value))
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
 def retry_message(feedback: str) -> dict[str, str]:
@@ -87,15 +93,7 @@ def prompt_hash(messages: list[dict[str, str]]) -> str:
 
 def extract_module(answer: str) -> str:
     """The (longest) ```python block of ``answer``; ``ValueError`` when there is none."""
-    blocks, rest = [], answer
-    while "```" in rest:
-        _, _, after = rest.partition("```")
-        header, _, body = after.partition("\n")
-        code, sep, rest = body.partition("```")
-        if not sep:
-            break
-        if header.strip().lower() in ("python", "py", ""):
-            blocks.append(code)
-    if not blocks:
+    block = longest_fenced_block(answer, ("python", "py", ""))
+    if block is None:
         raise ValueError("the answer holds no fenced ```python block")
-    return max(blocks, key=len).strip("\n") + "\n"
+    return block.strip("\n") + "\n"

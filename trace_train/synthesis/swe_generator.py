@@ -31,7 +31,7 @@ from trace_train.analysis.llm_client import ChatClient
 from trace_train.paths import PROMPTS_DIR
 from trace_train.synthesis.attempts import Attempt, AttemptSteps, LLMCapabilityResult, run_attempts
 from trace_train.synthesis.generator import make_client
-from trace_train.synthesis.prompt import _stats, _trajectory_text, failed_examples
+from trace_train.synthesis.prompt import _stats, _trajectory_text, failed_examples, fill_messages
 
 SYSTEM = ("You are an expert Python engineer who writes SWE-bench-style training tasks for coding agents. "
           "Answer with one JSON object in a fenced ```json block.")
@@ -50,10 +50,7 @@ def build_swe_messages(cap: SelectedCapability, records: list[TrajectoryRecord],
               "failed_trajectories": "\n\n".join(_trajectory_text(r) for r in examples) or "(none available)",
               "max_files": MAX_FILES, "max_file_chars": MAX_FILE_CHARS, "max_total_chars": MAX_TOTAL_CHARS,
               "allowed_imports": ", ".join(sorted(m for m in SWE_ALLOWED_IMPORTS if m != "pytest"))}
-    text = template
-    for key, value in fields.items():
-        text = text.replace("{{" + key + "}}", str(value))
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+    return fill_messages(SYSTEM, template, fields)
 
 
 def _retry(feedback: str) -> dict[str, str]:

@@ -26,6 +26,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from trace_envs.swe.patches import is_test_path
+from trace_envs.synthesis.llm.fenced import longest_fenced_block
 from trace_envs.synthesis.llm.static import ALLOWED_DUNDERS, FORBIDDEN_NAMES
 
 SWE_DOMAINS = ("swe", "swebench")
@@ -81,19 +82,11 @@ class ScenarioCheck:
 
 def extract_json(answer: str) -> dict[str, Any]:
     """The (longest) fenced ```json block of ``answer`` as an object; ``ValueError`` when there is none."""
-    blocks, rest = [], answer
-    while "```" in rest:
-        _, _, after = rest.partition("```")
-        header, _, body = after.partition("\n")
-        code, sep, rest = body.partition("```")
-        if not sep:
-            break
-        if header.strip().lower() in ("json", ""):
-            blocks.append(code)
-    if not blocks:
+    block = longest_fenced_block(answer, ("json", ""))
+    if block is None:
         raise ValueError("the answer holds no fenced ```json block")
     try:
-        doc = json.loads(max(blocks, key=len))
+        doc = json.loads(block)
     except json.JSONDecodeError as exc:
         raise ValueError(f"the ```json block is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
