@@ -31,6 +31,20 @@ ENV_ID = "trace/precondition_verification-v0"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
+def step_timer(times: list[float]):
+    """A TRL/transformers callback appending each optimizer step's wall time to ``times``."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.t0)
+
+    return StepTimer()
+
+
 def run_ours(args, workdir: Path) -> float:
     from trace_train.grpo import GRPOConfig, GRPOTrainer
     from trace_train.grpo.lora import LoraSettings
@@ -56,7 +70,6 @@ def run_ours(args, workdir: Path) -> float:
 def run_trl(args, workdir: Path) -> float:
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import TrainerCallback
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer as TRLTrainer
 
@@ -73,17 +86,10 @@ def run_trl(args, workdir: Path) -> float:
                       lr_scheduler_type="constant")
     times: list[float] = []
 
-    class Timer(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            times.append(time.perf_counter() - self.t0)
-
     rollout = TraceEnvRollout(ENV_ID, max_new_tokens=args.tokens, backend_kwargs={"threads": 1, "render_tools": False})
     trainer = TRLTrainer(model=model, reward_funcs=env_reward, args=targs,
                          train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
-                         callbacks=[Timer()], rollout_func=rollout,
+                         callbacks=[step_timer(times)], rollout_func=rollout,
                          peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
     trainer.train()
     return n / float(np.mean(times[1:]))

@@ -153,9 +153,10 @@ def run_ours(args, workdir: Path) -> tuple[float, float]:
 
 def run_trl(args, workdir: Path) -> tuple[float, float]:
     from datasets import Dataset
+    from grpo_multiturn_trl import step_timer
     from peft import LoraConfig
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, TrainerCallback
+    from transformers import PreTrainedTokenizerFast
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer as TRLTrainer
 
@@ -192,20 +193,13 @@ def run_trl(args, workdir: Path) -> tuple[float, float]:
     )
     times: list[float] = []
 
-    class Timer(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            times.append(time.perf_counter() - self.t0)
-
     trainer = TRLTrainer(
         model=build_model(),
         reward_funcs=reward,
         args=targs,
         train_dataset=Dataset.from_dict({"prompt": prompts}),
         processing_class=tokenizer,
-        callbacks=[Timer()],
+        callbacks=[step_timer(times)],
         peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"),
     )
     trainer.train()
