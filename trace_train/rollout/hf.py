@@ -33,6 +33,7 @@ from trace_envs.core.parsing import assistant_message, parse_assistant_text
 from trace_envs.records import TrajectoryRecord, terminal_extras
 from trace_train.model.rendering import ChatRenderer
 from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, env_error_info
+from trace_train.rollout.gc_policy import freeze_long_lived
 from trace_train.rollout.hf_generate import generate_turn
 from trace_train.rollout.kv_cache import RowCache
 from trace_train.rollout.sampling import make_generator
@@ -159,6 +160,7 @@ class HFRolloutBackend:
         """Play every request to the end with one batched generation per round."""
         if sampling.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+        freeze_long_lived()  # the model and imports stay out of the collector's full passes
         prev_threads = torch.get_num_threads()
         if prev_threads != self.threads:  # re-sizing the pool costs; the trainer sets it once per process
             torch.set_num_threads(self.threads)
