@@ -83,4 +83,20 @@ def test_headline_needs_the_margin_and_separated_intervals():
     overlapping = headline({"base": base, TRACE: _result(0.31, low=0.22, high=0.40)})
     assert overlapping.startswith("Not met:") and "overlapping" in overlapping
     assert headline({"base": base, TRACE: _result(0.25, low=0.24, high=0.26)}).startswith("Not met:")
-    assert headline({"base": base}) is None
+    assert headline({"base": base}).startswith("Not measured: this run has no composed (TRACE) model")
+    assert headline({TRACE: base}) is None
+
+
+@pytest.mark.parametrize("with_trace, label", [(True, "not met"), (False, "not measured")])
+def test_the_report_banner_names_the_verdict(with_trace, label):
+    from types import SimpleNamespace
+
+    from trace_train.report.loaders import Loaded
+    from trace_train.report.sections_replication import headline_banner
+
+    policies = {"base": _result(0.2, low=0.17, high=0.23)}
+    if with_trace:
+        policies[TRACE] = _result(0.21, low=0.18, high=0.24)
+    html = headline_banner(SimpleNamespace(eval=Loaded("eval/eval.json", {"policies": policies})))
+    assert html.startswith('<p class="headline">') and f">{label}<" in html
+    assert headline_banner(SimpleNamespace(eval=Loaded("eval/eval.json"))) == ""

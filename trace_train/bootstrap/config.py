@@ -63,6 +63,10 @@ class BootstrapConfig:
     # capability x (1 - uptake)), so the base learns to use guidance some of the time.
     hint_fraction: float = 0.0
     hint_uptake: float = 0.0
+    # This share of BC episodes carries a note after the system prompt: 1-4 capability descriptions in the
+    # prompted baseline's format (trace_train.model.system_notes), which the expert ignores. Without it the
+    # base has only ever seen one system prompt and the prompted baseline's longer one derails it.
+    system_note_fraction: float = 0.0
     max_len: int = 2048
     seed: int = 0
     threads: int = 1
@@ -95,7 +99,7 @@ class BootstrapConfig:
             relevant.pop(key)
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
-        for key in ("hint_fraction", "hint_uptake"):  # nor configs without hints
+        for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):  # nor configs without hints / notes
             if not getattr(self, key):
                 relevant.pop(key)
         if not self.decision_loss_weight or self.decisions == ("precondition",):  # nor the precondition-only head

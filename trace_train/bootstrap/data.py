@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.decisions import DecisionPoint, decision_points
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
 from trace_train.model.chat_template import chat_template
+from trace_train.model.system_notes import capability_note
 from trace_train.rollout.base import EpisodeRequest
 from trace_train.rollout.scripted import ScriptedRolloutBackend
 
@@ -21,6 +22,8 @@ from trace_train.rollout.scripted import ScriptedRolloutBackend
 TOKENIZER_SEED_OFFSET = 0
 TRAIN_SEED_OFFSET = 100_000
 _HINT_TAG = 7  # keeps the hint draw independent of everything else drawn from a seed
+_NOTE_TAG = 11  # likewise for the system note
+MAX_NOTE_ITEMS = 4
 
 
 @dataclass
@@ -44,15 +47,50 @@ def hinted_seed(seed: int, fraction: float) -> bool:
     return bool(np.random.default_rng(np.random.SeedSequence([seed, _HINT_TAG])).random() < fraction)
 
 
+def system_note(seed: int, fraction: float, pool: Sequence[tuple[str, str]]) -> str:
+    """The note the BC episode of ``seed`` shows after its system prompt: ``""`` for ``1 - fraction`` of the
+    seeds, else 1-4 ``(name, description)`` items of ``pool`` in a random order, in the prompted baseline's
+    format (a pure function of the seed)."""
+    if fraction <= 0 or not pool:
+        return ""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _NOTE_TAG]))
+    if rng.random() >= fraction:
+        return ""
+    k = int(rng.integers(1, min(MAX_NOTE_ITEMS, len(pool)) + 1))
+    return capability_note([pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False)])
+
+
+def note_pool(records: Sequence[TrajectoryRecord]) -> list[tuple[str, str]]:
+    """Every capability the analysis can name on these records' domain, with its description: the space the
+    prompted baseline draws its note from (the four injected ones, the others and the generic distractors)."""
+    from trace_train.analysis.probes import capabilities_for, detect_domain
+
+    return [(c.name, c.description) for c in capabilities_for(detect_domain(records))]
+
+
+def with_system_note(record: TrajectoryRecord, note: str) -> TrajectoryRecord:
+    """``record`` with ``note`` appended to its system message (the expert played it without the note, so
+    the note changes no action: the base learns that a longer system prompt is still the same task)."""
+    if not note or not record.messages or record.messages[0].get("role") != "system":
+        return record
+    system = {**record.messages[0], "content": (record.messages[0].get("content") or "") + note}
+    return replace(record, messages=[system, *record.messages[1:]])
+
+
 def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int], env_kwargs: dict | None = None,
                     hints: bool = True) -> list[TrajectoryRecord]:
     """Expert episodes on ``cfg.env`` with ``env_kwargs`` (default: the config's own); with ``hints``,
-    ``cfg.hint_fraction`` of them show a hint (probes pass ``hints=False``: they read the plain target)."""
+    ``cfg.hint_fraction`` of them show a hint and ``cfg.system_note_fraction`` a system note (probes pass
+    ``hints=False``: they read the plain target)."""
     backend = expert_backend(cfg)
     kwargs = dict(cfg.env_kwargs if env_kwargs is None else env_kwargs)
     fraction = cfg.hint_fraction if hints else 0.0
-    return backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s, env_kwargs=kwargs,
-                                           hint=hinted_seed(s, fraction)) for s in seeds])
+    records = backend.rollout([EpisodeRequest(cfg.env, seed=s, sample_seed=s, env_kwargs=kwargs,
+                                              hint=hinted_seed(s, fraction)) for s in seeds])
+    if not hints or cfg.system_note_fraction <= 0 or not records:
+        return records
+    pool = note_pool(records)
+    return [with_system_note(r, system_note(s, cfg.system_note_fraction, pool)) for r, s in zip(records, seeds)]
 
 
 def entity_token_ids(tokenizer) -> dict[int, str]:

@@ -128,9 +128,13 @@ def goals(main: Mapping[str, Any], budgets: Mapping[str, int]) -> list[dict[str,
 
 def headline(policies: Mapping[str, Mapping[str, Any]], margin: float = 0.10) -> str | None:
     """One line: whether the composed model beats the base by ``margin`` with the two 95 % intervals apart
-    (``policies``: eval.json's name -> summary); None without both rows."""
-    if TRACE not in policies or "base" not in policies:
+    (``policies``: eval.json's name -> summary); "Not measured" when the run has no composed model; None
+    without the base row."""
+    if "base" not in policies:
         return None
+    if TRACE not in policies:
+        return ("Not measured: this run has no composed (TRACE) model, because no capability adapter was trained "
+                "(no env passed synthesis; see the Environments section)")
     t, b = policies[TRACE]["overall"], policies["base"]["overall"]
     apart = t["low"] > b["high"]
     met = t["rate"] >= b["rate"] + margin and apart

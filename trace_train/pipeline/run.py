@@ -84,6 +84,10 @@ class Pipeline:
         h_syn = content_hash(h, asdict(self.synthesis_cfg), to_synthesize)
         envs = r.run("synthesis", h_syn, lambda d: self._synthesis(to_synthesize, model, d))["envs"]
         self._register_emitted()
+        if not envs:
+            logger.warning("synthesis emitted no env to train for %s (none passed the calibration gate, or no family "
+                           "or generator builds it): no adapter and no composed model; the baselines still run",
+                           to_synthesize)
         h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), policy_hash_part(cfg))
         own = self.train_run(model, envs, h_train)
         trained, composed, baselines = own.trained, own.composed, own.baselines

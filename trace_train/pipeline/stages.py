@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_envs.records import TrajectoryRecord, read_trajectories, write_json_atomic
+from trace_train.model.system_notes import capability_note
 from trace_train.pipeline.config import MoEConfig, PipelineConfig
 from trace_train.policies import PolicySpec
 
@@ -96,8 +97,7 @@ def capability_prompt(selected_path: Path, names: list[str]) -> str:
     """The "prompted" baseline's addition to the system prompt: the selected capabilities' descriptions."""
     doc = json.loads(Path(selected_path).read_text())
     described = {c["name"]: c.get("description", "") for c in doc.get("selected", [])}
-    lines = [f"- {name.replace('_', ' ')}: {described.get(name) or 'no description'}" for name in names]
-    return "\nBe careful with:\n" + "\n".join(lines) if lines else ""
+    return capability_note([(name, described.get(name, "")) for name in names])
 
 
 def play(spec: PolicySpec, env_id: str, split: str, episodes: int, offset: int = 0, trials: int = 1,

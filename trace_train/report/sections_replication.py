@@ -18,8 +18,9 @@ def headline_banner(run: RunData) -> str:
     line = headline(policies) if isinstance(policies, dict) else None
     if line is None:
         return ""
-    kind = "ok" if line.startswith("Met") else "warn"
-    return f'<p class="headline">{badge("met" if kind == "ok" else "not met", kind)} {esc(line)}</p>'
+    label, kind = (("met", "ok") if line.startswith("Met") else ("not measured", "warn")
+                   if line.startswith("Not measured") else ("not met", "warn"))
+    return f'<p class="headline">{badge(label, kind)} {esc(line)}</p>'
 
 
 def _spread(agg: dict[str, Any] | None) -> str:
