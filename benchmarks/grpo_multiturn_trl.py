@@ -59,12 +59,23 @@ def run_ours(args, workdir: Path) -> float:
     trainer = GRPOTrainer(model, lambda m: HFRolloutBackend(m, tok, threads=1, render_tools=False), cfg,
                           env=ENV_ID, adapter="bench", output_dir=workdir / "ours",
                           pad_id=tok.pad_token_id or 0)
-    times = []
+    times, metrics = [], []
     for it in range(args.steps):
         t0 = time.perf_counter()
-        trainer.run_iteration(it)
+        metrics.append(trainer.run_iteration(it))
         times.append(time.perf_counter() - t0)
+    print_split(metrics[1:])
     return args.groups * args.group_size / float(np.mean(times[1:]))
+
+
+SPLIT = (("rollout", "time_rollout_s"), ("env inside the rollout", "time_env_s"),
+         ("old log-probs", "time_logprobs_s"), ("update step", "time_step_s"))
+
+
+def print_split(metrics: list[dict]) -> None:
+    """Our GRPO iteration's split (mean seconds over the timed iterations) from the trainer's own metrics."""
+    parts = [f"{label} {np.mean([m[key] or 0.0 for m in metrics]):.2f} s" for label, key in SPLIT]
+    print(f"ours, per iteration: {', '.join(parts)}")
 
 
 def run_trl(args, workdir: Path) -> float:
