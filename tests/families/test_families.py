@@ -191,3 +191,25 @@ def test_precision_prefilled_conversation():
 def test_effective_knobs():
     assert effective_knobs({"structured": 0.5, "precision": 0.0}, {"structured": 3}) == {
         "structured": pytest.approx(0.875), "precision": 0.0}
+
+
+def test_precision_without_the_prefilled_ask_leaves_the_confirmation_to_the_agent():
+    asked = gym.make("trace/tool_calling_precision-v0", perturb_prob=0.0)
+    own = gym.make("trace/tool_calling_precision-v0", perturb_prob=0.0, prefill_ask=False)
+    for seed in range(30):
+        obs_asked, info_asked = asked.reset(seed=seed)
+        obs_own, info_own = own.reset(seed=seed)
+        assert obs_own == obs_asked[:-2]  # the same task and lookups, without the env's ask and the user's yes
+        assert obs_asked[-2]["content"].endswith("Shall I go ahead?") and obs_own[-1]["role"] == "tool"
+        assert info_own["task"]["gold"] == info_asked["task"]["gold"]
+        assert info_own["task"]["difficulty"] == {"perturb_prob": 0.0, "prefill_ask": False}
+    assert info_asked["task"]["difficulty"] == {"perturb_prob": 0.0}  # the v0 annotation is unchanged
+    solved = [play(own, FamilyExpert(), seed) for seed in range(100)]
+    assert all(reward == 1.0 and info["success"] for reward, info in solved)  # the oracle confirms, then acts
+    lacking = np.mean([play(own, FamilyExpert({"precision": 1.0}), seed)[0] for seed in range(100)])
+    assert lacking <= 0.5  # the knob still costs: a default argument never matches the gold DB
+    perturbed = gym.make("trace/tool_calling_precision-v0", perturb_prob=1.0, prefill_ask=False)
+    obs, info = perturbed.reset(seed=3)
+    assert info["task"]["case"] == "perturbed" and obs[-1]["role"] == "user"  # the correction keeps its turn
+    with pytest.raises(ValueError, match="prefill_ask must be a bool"):
+        gym.make("trace/tool_calling_precision-v0", prefill_ask="no").reset(seed=0)

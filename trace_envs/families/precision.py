@@ -5,8 +5,14 @@ Transfer rationale: the target's failures of this capability call the right tool
 arguments (a default cancel reason, the wrong refund method, a dropped address line). The opening
 observation holds the user's request and the pre-filled identification and lookup calls with their
 real results; with probability ``perturb_prob`` the user first states a wrong argument and corrects
-it before the agent acts. Reward (paper §3.3, τ²-style): 1.0 if the end state equals the gold
-replay's DB hash and the entity is named to the user, 0.5 for the DB alone, 0 otherwise.
+it before the agent acts. With ``prefill_ask`` (the default, the v0 episodes) the prefill also holds the
+env's own "Shall I go ahead?" and the user's yes; ``prefill_ask=False`` ends it after the lookups, so the
+agent confirms in its own words before the call, as it does on the target (a base cloned from the
+target's expert never saw the env's ask: at ``perturb_prob=0`` the shipped base's T = 1 success goes from
+0.01 to 0.13-0.19). A perturbed task keeps the ask either way: the user's correction needs that turn.
+
+Reward (paper §3.3, τ²-style): 1.0 if the end state equals the gold replay's DB hash and the entity is
+named to the user, 0.5 for the DB alone, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -23,16 +29,20 @@ PREFILL_ASK = "Thank you, I have your account and order details. Shall I go ahea
 
 
 class ToolCallingPrecisionEnv(FamilyEnv):
-    """Difficulty knob: ``perturb_prob`` (chance the user first gives a wrong argument, then fixes it)."""
+    """Difficulty knob: ``perturb_prob`` (chance the user first gives a wrong argument, then fixes it);
+    ``prefill_ask`` (see the module docstring)."""
 
     capability = "tool_calling_precision"
 
-    def __init__(self, domain: str = "retail-sim", perturb_prob: float = 0.3, max_steps: int = 30,
-                 max_errors: int = 5, render_mode: str | None = None):
+    def __init__(self, domain: str = "retail-sim", perturb_prob: float = 0.3, prefill_ask: bool = True,
+                 max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         if not 0.0 <= perturb_prob <= 1.0:
             raise ValueError(f"perturb_prob must be in [0, 1], got {perturb_prob}")
+        if not isinstance(prefill_ask, bool):
+            raise ValueError(f"prefill_ask must be a bool, got {prefill_ask!r}")
         self.perturb_prob = float(perturb_prob)
+        self.prefill_ask = prefill_ask
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
         kinds = self.domain.kinds("exact")
@@ -41,7 +51,12 @@ class ToolCallingPrecisionEnv(FamilyEnv):
         if perturbed:
             request.details["correction"] = self.domain.apply_correction(world, rng, request)
         return FamilyTask(case="perturbed" if perturbed else "direct", requests=[request],
-                          difficulty={"perturb_prob": self.perturb_prob}, hazards={"precision": 2 if perturbed else 1})
+                          difficulty=self._difficulty(), hazards={"precision": 2 if perturbed else 1})
+
+    def _difficulty(self) -> dict[str, Any]:
+        if self.prefill_ask:  # the v0 annotation, unchanged
+            return {"perturb_prob": self.perturb_prob}
+        return {"perturb_prob": self.perturb_prob, "prefill_ask": False}
 
     def prepare(self, episode: FamilyEpisode, rng: np.random.Generator) -> None:
         messages: list[dict[str, Any]] = [{"role": "user", "content": episode.user.opening()}]
@@ -52,9 +67,11 @@ class ToolCallingPrecisionEnv(FamilyEnv):
                 {"id": call_id, "type": "function",
                  "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}]})
             messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": result.output})
-        messages.append({"role": "assistant", "content": PREFILL_ASK})
         fix = episode.requests[0].details.get("correction")
-        messages.append({"role": "user", "content": f"{fix} Yes, please go ahead." if fix else "Yes, please go ahead."})
+        if self.prefill_ask or fix:
+            messages.append({"role": "assistant", "content": PREFILL_ASK})
+            messages.append({"role": "user",
+                             "content": f"{fix} Yes, please go ahead." if fix else "Yes, please go ahead."})
         episode.prefill = messages
 
     def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
