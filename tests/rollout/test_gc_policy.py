@@ -48,3 +48,7 @@ def test_hf_rollout_freezes_before_its_first_generation(model, tokenizer, monkey
     requests = [EpisodeRequest("fake/tool-v0", seed=0, sample_seed=s, env_kwargs={"turns": 2}) for s in range(2)]
     backend.rollout(requests, SamplingParams(temperature=1.0, max_new_tokens=4))
     assert events[0] == "freeze" and events.count("freeze") == 1 and "generate" in events
+    events.clear()
+    opted_out = hf_module.HFRolloutBackend(model, tokenizer, env_factory=fake_factory, freeze_gc=False)
+    opted_out.rollout(requests, SamplingParams(temperature=1.0, max_new_tokens=4))
+    assert "freeze" not in events and "generate" in events

@@ -14,7 +14,9 @@ raises in ``reset``/``step`` ends only its own episode, as ``env_error`` (``trac
 Each episode keeps its KV cache between turns (``keep_cache``): a turn encodes only the tokens added
 since the previous one (the observation), and the members of a group encode their shared first
 prompt once. ``last_timings`` holds the wall time of the last ``rollout`` split into env work
-(reset, step, rendering) and generation.
+(reset, step, rendering) and generation. The first rollout of a process calls ``gc.freeze()`` once
+(``trace_train.rollout.gc_policy``; ``freeze_gc=False`` opts out), which keeps full garbage
+collections from walking the model's and the imports' objects.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class HFRolloutBackend:
         render_tools: bool = True,
         system_suffix: str = "",
         keep_cache: bool = True,
+        freeze_gc: bool = True,
     ) -> None:
         first = next(model.parameters(), None)
         if first is not None and first.device != torch.device(device):
@@ -144,6 +147,7 @@ class HFRolloutBackend:
         self.render_tools = render_tools  # False: tool schemas stay out of the prompt (as in bootstrap BC data)
         self.system_suffix = system_suffix  # appended to the env's system prompt (the "prompted" baseline)
         self.keep_cache = keep_cache  # continue each episode's KV cache across turns
+        self.freeze_gc = freeze_gc  # first rollout: gc.freeze() the process's long-lived objects (gc_policy)
         self.last_timings: dict[str, float] = {}
         self._t_generate = 0.0
         self.end_id = self.renderer.end_id
@@ -160,7 +164,8 @@ class HFRolloutBackend:
         """Play every request to the end with one batched generation per round."""
         if sampling.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
-        freeze_long_lived()  # the model and imports stay out of the collector's full passes
+        if self.freeze_gc:
+            freeze_long_lived()  # the model and imports stay out of the collector's full passes
         prev_threads = torch.get_num_threads()
         if prev_threads != self.threads:  # re-sizing the pool costs; the trainer sets it once per process
             torch.set_num_threads(self.threads)
