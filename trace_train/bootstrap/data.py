@@ -90,7 +90,7 @@ def expert_episodes(cfg: BootstrapConfig, seeds: Sequence[int], env_kwargs: dict
     if not hints or cfg.system_note_fraction <= 0 or not records:
         return records
     pool = note_pool(records)
-    return [with_system_note(r, system_note(s, cfg.system_note_fraction, pool)) for r, s in zip(records, seeds)]
+    return [with_system_note(r, system_note(r.seed, cfg.system_note_fraction, pool)) for r in records]
 
 
 def entity_token_ids(tokenizer) -> dict[int, str]:

@@ -18,8 +18,10 @@ def headline_banner(run: RunData) -> str:
     line = headline(policies) if isinstance(policies, dict) else None
     if line is None:
         return ""
-    label, kind = (("met", "ok") if line.startswith("Met") else ("not measured", "warn")
-                   if line.startswith("Not measured") else ("not met", "warn"))
+    if line.startswith("Met"):
+        label, kind = "met", "ok"
+    else:
+        label, kind = ("not measured" if line.startswith("Not measured") else "not met"), "warn"
     return f'<p class="headline">{badge(label, kind)} {esc(line)}</p>'
 
 
