@@ -23,6 +23,7 @@ from trace_moe.gated_lora import (
 from trace_moe.param_count import GateCount, count_qwen3_moe_gates, gate_param_formula
 from trace_moe.routers import CapabilityLabel, OracleRouter, RouteDecision, TaskLevelRouter, static_merge
 from trace_moe.routing_report import RoutingReport, routing_report
+from trace_moe.routing_targets import routing_targets
 
 __all__ = [
     "BlockGate",
@@ -52,6 +53,7 @@ __all__ = [
     "load_balancing_loss",
     "read_examples",
     "routing_report",
+    "routing_targets",
     "static_merge",
     "train_gates",
 ]

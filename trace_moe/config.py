@@ -66,13 +66,38 @@ class GateGRPOConfig:
 
 
 @dataclass
+class RoutingTargetsConfig:
+    """Gate data from the target (``moe.train.method: routing_targets``): every slot alone (the base, the base with
+    each adapter) plays ``samples`` episodes on each of ``seeds`` training seeds of the target from
+    ``seed_offset``; each seed's best slot (``trace_moe.routing_targets``) labels every successful episode of it."""
+
+    seeds: int = 64  # target training seeds
+    samples: int = 4  # episodes per slot and seed (sampled at the pipeline policy's temperature)
+    seed_offset: int = 0  # first seed index of the target's training split
+    greedy: bool = False  # decode greedily (one episode per slot and seed: samples must be 1), as a greedy eval does
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1 or self.samples < 1 or self.seed_offset < 0:
+            raise ValueError(f"seeds and samples must be >= 1 and seed_offset >= 0, got {self.seeds}, "
+                             f"{self.samples}, {self.seed_offset}")
+        if self.greedy and self.samples != 1:
+            raise ValueError(f"greedy routing targets play one episode per slot and seed: samples must be 1, "
+                             f"got {self.samples}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class MoEConfig:
     """``gate``: routing of the composed model (top-k, init, base bias); ``train``: the gate optimisation
-    (``train.method`` picks supervised or gate-only GRPO); ``grpo``: the settings of gate-only GRPO."""
+    (``train.method`` picks supervised, routing targets or gate-only GRPO); ``grpo``: the settings of gate-only
+    GRPO; ``routing``: those of the routing targets."""
 
     gate: GateConfig = field(default_factory=GateConfig)
     train: GateTrainConfig = field(default_factory=GateTrainConfig)
     grpo: GateGRPOConfig = field(default_factory=GateGRPOConfig)
+    routing: RoutingTargetsConfig = field(default_factory=RoutingTargetsConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "moe") -> MoEConfig:

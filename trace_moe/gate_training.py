@@ -28,7 +28,7 @@ from trace_moe.examples import GateExample, collate, iter_batches
 
 logger = logging.getLogger(__name__)
 
-GATE_TRAIN_METHODS = ("supervised", "grpo_target", "grpo_mixture")
+GATE_TRAIN_METHODS = ("supervised", "routing_targets", "grpo_target", "grpo_mixture")
 
 
 @dataclass
@@ -49,9 +49,11 @@ class GateTrainConfig:
     mode: Literal["end_to_end", "captured"] = "end_to_end"
     seed: int = 0
     train_slots: list[int] | None = None  # only these gate rows train (e.g. a newly added slot); None = all
-    # supervised (this module) | grpo_target | grpo_mixture: gate-only GRPO on the target env / on the mixture of
-    # the capability envs (trace_train.grpo.gate_grpo, settings in moe.grpo)
-    method: Literal["supervised", "grpo_target", "grpo_mixture"] = "supervised"
+    # supervised (this module, on the capability envs' successes) | routing_targets (this module, on the target's
+    # successes labelled with each task's best slot, trace_moe.routing_targets; settings in moe.routing) |
+    # grpo_target | grpo_mixture: gate-only GRPO on the target env / on the mixture of the capability envs
+    # (trace_train.grpo.gate_grpo, settings in moe.grpo)
+    method: Literal["supervised", "routing_targets", "grpo_target", "grpo_mixture"] = "supervised"
 
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size", "grad_accum", "max_len"):

@@ -27,9 +27,16 @@ def test_shipped_checkpoint_loads_with_one_token_ids_and_no_tool_schemas():
     assert model.config.num_hidden_layers == 2 and sum(p.numel() for p in model.parameters()) < 1_000_000
 
 
-def test_the_hints_stage_continues_from_the_shipped_base():
-    default = BootstrapConfig.from_dict(yaml.safe_load((CONF_DIR / "bootstrap" / "default.yaml").read_text()))
-    hints = BootstrapConfig.from_dict(yaml.safe_load((CONF_DIR / "bootstrap" / "with_hints.yaml").read_text()))
-    assert hints.parent.content_hash() == default.content_hash()
+def _stage(name: str) -> BootstrapConfig:
+    return BootstrapConfig.from_dict(yaml.safe_load((CONF_DIR / "bootstrap" / f"{name}.yaml").read_text()))
+
+
+def test_the_shipped_base_is_stage_five_on_the_hints_stage_on_stage_three():
+    shipped, hints, stage3 = _stage("default"), _stage("with_hints"), _stage("stage3")
+    assert shipped.parent.content_hash() == hints.content_hash()
+    assert hints.parent.content_hash() == stage3.content_hash()
     assert hints.hint_fraction > 0 and len(hints.decisions) == 4 and hints.last_step < hints.steps
     assert min(vars(hints.knobs).values()) > 0.5  # the greedy base still fails every capability
+    # stage 5 keeps stage 4's knobs, decisions and hints and adds the system notes of the prompted baseline
+    assert vars(shipped.knobs) == vars(hints.knobs) and shipped.decisions == hints.decisions
+    assert shipped.hint_fraction == hints.hint_fraction and shipped.system_note_fraction > 0

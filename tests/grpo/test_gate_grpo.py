@@ -166,7 +166,7 @@ def test_the_moe_group_builds_gate_grpo_and_bad_keys_fail_with_their_path():
         MoEConfig.from_dict({"grpo": {"lr": "fast"}})
     with pytest.raises(ConfigError, match=r"^moe\.grpo: group_size must be >= 2"):
         MoEConfig.from_dict({"grpo": {"group_size": 1}})
-    with pytest.raises(ConfigError, match=r"^moe\.train\.method: expected one of \['supervised', 'grpo_target'"):
+    with pytest.raises(ConfigError, match=r"^moe\.train\.method: expected one of \['supervised', 'routing_targets', 'grpo_target'"):
         MoEConfig.from_dict({"train": {"method": "rl"}})
     with pytest.raises(ConfigError, match=r"^moe\.grpo\.loss_level: expected one of"):
         MoEConfig.from_dict({"grpo": {"loss_level": "tokens"}})

@@ -99,9 +99,10 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     if gate_cfg.top_k < 1:
         raise ConfigError(f"moe.gate.top_k must be >= 1, got {gate_cfg.top_k}")
     if train_cfg.method != "supervised":
-        raise ConfigError(f"moe.train.method={train_cfg.method}: trace-rl compose trains supervised gates; gate-only "
-                          "GRPO runs in `trace-rl pipeline` (it needs the target or the capability envs) or "
-                          "through trace_train.grpo.gate_grpo.train_gates_grpo")
+        raise ConfigError(f"moe.train.method={train_cfg.method}: trace-rl compose trains supervised gates on the "
+                          "given examples; routing targets and gate-only GRPO run in `trace-rl pipeline` (they play "
+                          "the target or the capability envs) or through trace_train.pipeline.gate_targets / "
+                          "trace_train.grpo.gate_grpo.train_gates_grpo")
     eval_episodes = _checked_eval(cfg)
     out = Path(to_absolute_path(str(cfg.out)))
     if (out / "compose.json").exists():

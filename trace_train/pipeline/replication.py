@@ -66,7 +66,8 @@ class Replication:
             rows.extend(self._variant_rows(run))
         rows.extend(self._prompted_scale_rows(own))
         curves = self._curves(own) if self.rep.trace_curve else {}
-        budgets = {"TRACE": sum(t["rollouts"] for t in own.trained.values())}
+        gate_rollouts = (own.composed or {}).get("gate_rollouts", 0)  # the target rollouts the gates played
+        budgets = {"TRACE": sum(t["rollouts"] for t in own.trained.values()) + gate_rollouts}
         budgets.update({name: b["rollouts"] for name, b in own.baselines.items()})
         budgets.update({cap: t["rollouts"] for cap, t in own.trained.items()})
         seeds = [run.seed for run in runs]
@@ -224,8 +225,9 @@ class Replication:
             stage = f"replication/compose/at{it:04d}"
             out = self.runner.run(stage, content_hash(self.h_train, stage, asdict(cfg.compose),
                                                       asdict(self.p.moe_cfg)),
-                                  lambda d, at=at, it=it: compose_adapters(cfg, self.model, at, d, self.p.moe_cfg,
-                                                                           before_iteration=it))
+                                  lambda d, at=at, it=it: compose_adapters(
+                                      cfg, self.model, at, d, self.p.moe_cfg, before_iteration=it,
+                                      gate_env=self.p.gate_env(self.envs, self.p.moe_cfg.train.method)))
             if out.get("skipped"):
                 continue
             name = f"TRACE@{it}"
@@ -233,7 +235,7 @@ class Replication:
             row = self._evaluate({name: spec}, table="curve", seed=own.seed, row=name,
                                  episodes=cfg.eval.curve_episodes)[0]
             rollouts = sum(next(v["rollouts"] for v in t["versions"] if v["iteration"] == it)
-                           for t in own.trained.values())
+                           for t in own.trained.values()) + out.get("gate_rollouts", 0)
             points.append({"rollouts": rollouts, **row.result["overall"]})
         curves["TRACE"] = points
         for name in ("grpo_target", "grpo_target_4x"):

@@ -91,7 +91,7 @@ class Pipeline:
         h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), policy_hash_part(cfg))
         own = self.train_run(model, envs, h_train)
         trained, composed, baselines = own.trained, own.composed, own.baselines
-        trace_rollouts = sum(t["rollouts"] for t in trained.values())
+        trace_rollouts = sum(t["rollouts"] for t in trained.values()) + (composed or {}).get("gate_rollouts", 0)
         h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines))
         r.run("eval", h_eval, lambda d: self._eval(model, trained, composed, baselines, trace_rollouts, d))
         h_report = content_hash(h_eval, "report")
@@ -229,9 +229,9 @@ class Pipeline:
         generated_envs.load(self.run_dir / "synthesis")
 
     def gate_env(self, envs: dict[str, Any], method: str) -> tuple[Any, dict[str, Any] | None] | None:
-        """What gate-only GRPO plays for ``moe.train.method``: the target (``grpo_target``), the capability envs'
-        mixture (``grpo_mixture``), nothing for supervised gates."""
-        if method == "grpo_target":
+        """What the gates play for ``moe.train.method``: the target (``grpo_target``, ``routing_targets``), the
+        capability envs' mixture (``grpo_mixture``), nothing for supervised gates."""
+        if method in ("grpo_target", "routing_targets"):
             return self._target_training()
         if method == "grpo_mixture":
             flat = [e for v in envs.values() for e in ([v] if isinstance(v, str) else v)]

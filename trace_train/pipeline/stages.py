@@ -192,9 +192,12 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     """Gates over the trained adapters, configured by the ``moe`` group (``moe.gate``, ``moe.train``), trained on
     the adapters' successful rollouts (``before_iteration``: only those played before that iteration).
 
+    ``moe.train.method=routing_targets`` trains them instead on the target's successful episodes, labelled with
+    each seed's best slot (``trace_train.pipeline.gate_targets``, ``moe.routing``) on ``gate_env``.
     ``moe.train.method=grpo_target|grpo_mixture`` then refines those gates by gate-only GRPO (``moe.grpo``) on
     ``gate_env`` (``(env id or {id: weight}, gym kwargs)``: the target, or the capability envs' mixture). GRPO
-    starts from the supervised gates because top-1 gates that route every token to the base get no gradient."""
+    starts from the supervised gates because top-1 gates that route every token to the base get no gradient.
+    The target rollouts either method plays are in the outputs (``gate_rollouts``): TRACE's budget counts them."""
     import numpy as np
 
     from trace_moe import ComposedModel, routing_report, train_gates
@@ -203,17 +206,29 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
                                              moe.gate, adapter_names=names)
-    examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability,
-                             before_iteration)
+    outputs: dict[str, Any] = {"composed_dir": str(out_dir / "composed")}
+    if moe.train.method == "routing_targets":
+        from trace_train.pipeline.gate_targets import routing_target_examples
+
+        if gate_env is None:
+            raise ValueError("moe.train.method=routing_targets needs the target env to play")
+        examples, outputs["routing_targets"] = routing_target_examples(
+            cfg, model_dir, {n: train_outputs[n]["adapter_dir"] for n in names}, moe.routing, *gate_env)
+        if not examples:
+            return {"skipped": "no slot solved any of the target seeds the routing targets played"}
+    else:
+        examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability,
+                                 before_iteration)
     if not examples:
         return {"skipped": "no successful capability-env rollouts to train the gates on"}
     order = np.random.default_rng(0).permutation(len(examples))
     n_held = max(1, len(examples) // 10)
     held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
     metrics = train_gates(composed, train or held, moe.train)
-    outputs: dict[str, Any] = {"composed_dir": str(out_dir / "composed")}
-    if moe.train.method != "supervised":
+    if moe.train.method.startswith("grpo_"):
         outputs["gate_grpo"] = refine_gates_grpo(cfg, composed, model_dir, moe, gate_env, out_dir / "gate_grpo")
+    outputs["gate_rollouts"] = (outputs.get("routing_targets", {}).get("rollouts", 0)
+                                + outputs.get("gate_grpo", {}).get("rollouts", 0))
     report = routing_report(composed, held)
     composed.save(out_dir / "composed")
     write_json_atomic(out_dir / "routing_report.json", report.to_dict())
