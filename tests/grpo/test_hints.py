@@ -202,3 +202,12 @@ def test_the_openai_backend_records_the_same_hint_swap_as_hf(shipped):
         assert a.token_ids == b.token_ids
         if req.hint:
             assert training_sequence(a).token_ids == training_sequence(b).token_ids
+
+
+def test_envs_without_hints_names_exactly_the_envs_that_have_none():
+    from grpo_toy import ENV_ID  # a toy env without hints
+
+    from trace_envs.hints import envs_without_hints
+
+    assert envs_without_hints([PRECONDITION, ENV_ID, "trace/multi_step_task_completion-v0"], {}) == [ENV_ID]
+    assert envs_without_hints([PRECONDITION], {}) == []

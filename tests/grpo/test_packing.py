@@ -45,7 +45,7 @@ def _adapted(model):
     for name, p in trainable_parameters(lora):
         if "lora_B" in name:
             with torch.no_grad():
-                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
     return lora
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from trace_envs.config_builder import build
+from trace_envs.hints import envs_without_hints
 from trace_train.grpo.lora import LoraSettings
 from trace_train.grpo.loss import LEVELS
 from trace_train.grpo.packing import PACKING_MODES
@@ -138,17 +139,9 @@ def check_env_ids(env_ids: list[str], imports: list[str] | None = None,
 
 def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
     """Fail unless every env supports ``reset(options={"hint": True})`` (grpo.hint_fraction > 0)."""
-    import gymnasium
-
-    for env_id in env_ids:
-        env = gymnasium.make(env_id, **dict(env_kwargs))
-        try:
-            _, info = env.reset(seed=0, options={"hint": True})
-        finally:
-            env.close()
-        if "unhinted_system_prompt" not in info:
-            raise ValueError(f"grpo.hint_fraction > 0 but {env_id!r} does not support hints on "
-                             f"reset(options={{'hint': True}}) (see trace_envs.hints; set grpo.hint_fraction=0)")
+    for env_id in envs_without_hints(env_ids, env_kwargs)[:1]:
+        raise ValueError(f"grpo.hint_fraction > 0 but {env_id!r} does not support hints on "
+                         f"reset(options={{'hint': True}}) (see trace_envs.hints; set grpo.hint_fraction=0)")
 
 
 def check_output_dir(output_dir: str | Path, adapter: str, resume: bool) -> None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from trace_envs.hints import envs_without_hints
 from trace_envs.records import TrajectoryRecord, read_trajectories, write_json_atomic
 from trace_train.model.system_notes import capability_note
 from trace_train.pipeline.config import MoEConfig, PipelineConfig
@@ -131,6 +132,12 @@ def grpo_run(cfg: PipelineConfig, grpo_cfg: Any, model_dir: str, env: str | dict
 
     p = cfg.policy
     gcfg = trainer_config(grpo_cfg, iterations, mode)
+    if gcfg.hint_fraction > 0:
+        without = envs_without_hints([env] if isinstance(env, str) else list(env), env_kwargs or {})
+        if without:  # an LLM-written env has no hint: its adapter trains unhinted, and its config.json says so
+            logger.warning("%s: %s support no hints; training with grpo.hint_fraction=0 instead of %s", adapter,
+                           without, gcfg.hint_fraction)
+            gcfg = replace(gcfg, hint_fraction=0.0)
     model, tokenizer = load_policy(model_dir)
     trainer = GRPOTrainer(
         model, lambda peft_model: HFRolloutBackend(peft_model, tokenizer, threads=gcfg.threads,

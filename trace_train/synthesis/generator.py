@@ -10,10 +10,13 @@ An accepted module is emitted with its provenance (``trace_envs.synthesis.llm.em
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trace_envs.atomic_io import write_text_atomic
+from trace_envs.hints import envs_without_hints
 from trace_envs.records import TrajectoryRecord
 from trace_envs.registry import unregister_env
 from trace_envs.synthesis import Collector, SelectedCapability, SynthesisConfig, calibrate_env
@@ -24,6 +27,8 @@ from trace_envs.synthesis.llm.validate import target_tool_schemas, validate_modu
 from trace_train.analysis.llm_client import ChatClient
 from trace_train.synthesis.attempts import Attempt, AttemptSteps, LLMCapabilityResult, run_attempts
 from trace_train.synthesis.prompt import build_messages, extract_module, retry_message
+
+logger = logging.getLogger(__name__)
 
 
 def make_client(cfg: SynthesisConfig) -> ChatClient:
@@ -54,6 +59,9 @@ def _calibrate(source_path: Path, sha: str, capability: str, cfg: SynthesisConfi
     gym.register(id=env_id, entry_point=ENTRY_POINT,
                  kwargs={"source": str(source_path), "sha256": sha, "domain": cfg.domain})
     try:
+        if cfg.hint_fraction > 0 and envs_without_hints([env_id], {}):  # a written env has no hint to show
+            logger.info("%s has no hints: calibrating all of each group unhinted", env_id)
+            cfg = replace(cfg, hint_fraction=0.0)
         stats = calibrate_env(env_id, {}, collector, cfg)
     finally:
         unregister_env(env_id)
