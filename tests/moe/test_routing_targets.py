@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 
 import trace_train.pipeline.gate_targets as gate_targets
 import trace_train.pipeline.stages as stages
 from trace_moe import routing_targets
 from trace_moe.config import MoEConfig
-from trace_train.model.factory import load_policy
 from trace_train.paths import REPO_ROOT
 from trace_train.pipeline.config import PipelineConfig
+
+from .moe_helpers import make_adapter
 
 torch.set_num_threads(1)
 
@@ -38,17 +38,9 @@ def test_routing_targets_refuse_what_is_not_a_finite_tasks_by_slots_matrix(bad):
         routing_targets(bad)
 
 
-def _make_adapter(out, seed: int):
-    """A peft LoRA adapter on the shipped base with small random A and B (a different but working policy)."""
-    model, _ = load_policy(SHIPPED)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_A" in name or "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    peft_model.save_pretrained(out)
-    return str(out)
+def _make_adapter(out, seed: int) -> str:
+    """A LoRA adapter on the shipped base with small random A and B (a different but working policy)."""
+    return str(make_adapter(SHIPPED, out, seed, targets=["q_proj", "v_proj"], std=0.1))
 
 
 def test_compose_trains_the_gates_on_target_successes_labelled_by_their_seeds_best_slot(tmp_path, monkeypatch):
