@@ -139,8 +139,9 @@ def check_env_ids(env_ids: list[str], imports: list[str] | None = None,
 
 def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
     """Fail unless every env supports ``reset(options={"hint": True})`` (grpo.hint_fraction > 0)."""
-    for env_id in envs_without_hints(env_ids, env_kwargs)[:1]:
-        raise ValueError(f"grpo.hint_fraction > 0 but {env_id!r} does not support hints on "
+    missing = envs_without_hints(env_ids, env_kwargs)
+    if missing:
+        raise ValueError(f"grpo.hint_fraction > 0 but {missing[0]!r} does not support hints on "
                          f"reset(options={{'hint': True}}) (see trace_envs.hints; set grpo.hint_fraction=0)")
 
 

@@ -14,14 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from trace_moe.config import RoutingTargetsConfig
 from trace_train.pipeline.config import PipelineConfig
 from trace_train.pipeline.stages import base_spec, play
 
 logger = logging.getLogger(__name__)
 
 
-def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[str, str], routing: Any,
-                            env: str | dict[str, float], env_kwargs: dict[str, Any] | None) -> tuple[list, dict]:
+def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[str, str],
+                            routing: RoutingTargetsConfig, env: str | dict[str, float],
+                            env_kwargs: dict[str, Any] | None) -> tuple[list, dict]:
     """``(examples, summary)``: GateExamples from the target (slot 0 = base, slot i = ``list(adapters)[i-1]``)
     and what was played and labelled (rollouts, per-slot mean reward, labels per slot)."""
     from trace_moe import GateExample, routing_targets

@@ -66,7 +66,7 @@ class Replication:
             rows.extend(self._variant_rows(run))
         rows.extend(self._prompted_scale_rows(own))
         curves = self._curves(own) if self.rep.trace_curve else {}
-        gate_rollouts = (own.composed or {}).get("gate_rollouts", 0)  # the target rollouts the gates played
+        gate_rollouts = (own.composed or {}).get("gate_rollouts", 0)  # what the gates played (target or envs)
         budgets = {"TRACE": sum(t["rollouts"] for t in own.trained.values()) + gate_rollouts}
         budgets.update({name: b["rollouts"] for name, b in own.baselines.items()})
         budgets.update({cap: t["rollouts"] for cap, t in own.trained.items()})
