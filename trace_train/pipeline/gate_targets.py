@@ -24,8 +24,9 @@ logger = logging.getLogger(__name__)
 def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[str, str],
                             routing: RoutingTargetsConfig, env: str | dict[str, float],
                             env_kwargs: dict[str, Any] | None) -> tuple[list, dict]:
-    """``(examples, summary)``: GateExamples from the target (slot 0 = base, slot i = ``list(adapters)[i-1]``)
-    and what was played and labelled (rollouts, per-slot mean reward, labels per slot)."""
+    """``(examples, summary)``: GateExamples from ``env`` (the target, or the targets' mixture, with ``env_kwargs``;
+    slot 0 = base, slot i = ``list(adapters)[i-1]``) and what was played and labelled (rollouts, per-slot mean
+    reward, labels per slot)."""
     from trace_moe import GateExample, routing_targets
 
     names = ["base", *adapters]
@@ -37,7 +38,7 @@ def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[
                        greedy=routing.greedy)
         per_slot.append([record for env_id in envs
                          for record in play(spec, env_id, split, routing.seeds, routing.seed_offset, routing.samples,
-                                            batch=cfg.eval.batch_episodes, env_kwargs=cfg.env_kwargs(env_id, split))])
+                                            batch=cfg.eval.batch_episodes, env_kwargs=env_kwargs)])
     tasks = sorted({(r.env_id, r.seed) for r in per_slot[0]})
     index = {task: i for i, task in enumerate(tasks)}
     totals = np.zeros((len(tasks), len(names)))
