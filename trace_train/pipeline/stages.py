@@ -204,12 +204,14 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     ``moe.train.method=grpo_target|grpo_mixture`` then refines those gates by gate-only GRPO (``moe.grpo``) on
     ``gate_env`` (``(env id or {id: weight}, gym kwargs)``: the target, or the capability envs' mixture). GRPO
     starts from the supervised gates because top-1 gates that route every token to the base get no gradient.
-    The target rollouts either method plays are in the outputs (``gate_rollouts``): TRACE's budget counts them."""
+    The rollouts the gates play (either method) are in the outputs (``gate_rollouts``): TRACE's budget counts them."""
     import numpy as np
 
     from trace_moe import ComposedModel, routing_report, train_gates
 
     moe = moe if moe is not None else MoEConfig()
+    if moe.train.method == "routing_targets" and gate_env is None:
+        raise ValueError("moe.train.method=routing_targets needs the target env to play")
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
                                              moe.gate, adapter_names=names)
@@ -217,17 +219,15 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     if moe.train.method == "routing_targets":
         from trace_train.pipeline.gate_targets import routing_target_examples
 
-        if gate_env is None:
-            raise ValueError("moe.train.method=routing_targets needs the target env to play")
         examples, outputs["routing_targets"] = routing_target_examples(
             cfg, model_dir, {n: train_outputs[n]["adapter_dir"] for n in names}, moe.routing, *gate_env)
-        if not examples:
-            return {"skipped": "no slot solved any of the target seeds the routing targets played"}
+        missing = "no slot solved any of the target seeds the routing targets played"
     else:
         examples = gate_examples(train_outputs, ["base", *names], cfg.compose.max_examples_per_capability,
                                  before_iteration)
+        missing = "no successful capability-env rollouts to train the gates on"
     if not examples:
-        return {"skipped": "no successful capability-env rollouts to train the gates on"}
+        return {"skipped": missing}
     order = np.random.default_rng(0).permutation(len(examples))
     n_held = max(1, len(examples) // 10)
     held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
