@@ -146,3 +146,36 @@ def test_no_passed_trajectories_warns_and_flags_missing_contrast(caplog):
         result = aggregate([run], [Capability("x", "d")], success)
     assert "no contrast" in caplog.text
     assert result.to_json()["contrast_available"] is False
+
+
+def test_thin_er_plus_support_is_flagged_without_changing_the_selection(tmp_path, caplog):
+    # 10 failed (8 LACKING, 2 PRESENT) in every run; the passed episodes are NA except `labeled` of them.
+    failed = {f"f{i}": False for i in range(10)}
+    passed = {f"p{i}": True for i in range(20)}
+    success = failed | passed
+
+    def runs(labeled: int) -> list[LabelRun]:
+        labels = [L] * 8 + [P] * 2 + [P] * labeled + [NA] * (20 - labeled)
+        return [make_run(r, success, "cap_a", labels) for r in range(10)]
+
+    with caplog.at_level("WARNING"):
+        thin = aggregate(runs(2), [A], success).candidates[0]
+    assert thin.er_plus_support == [2] * 10 and thin.thin_er_plus_support
+    assert thin.selected and thin.n_runs_passed == 10  # Δ = 0.8 - 0 passes; only the flag is added
+    assert "median of 2 labeled passed" in thin.reason and "cap_a" in caplog.text
+
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        ample = aggregate(runs(10), [A], success)
+    c = ample.candidates[0]
+    assert c.er_plus_support == [10] * 10 and not c.thin_er_plus_support
+    assert "label noise" not in c.reason and "ER+" not in caplog.text
+    doc = json.loads(write_selected(ample, tmp_path / "sel.json").read_text())
+    assert doc["candidates"][0]["er_plus_support"] == {"min": 10, "median": 10.0, "max": 10}
+    assert doc["candidates"][0]["thin_er_plus_support"] is False
+
+
+def test_a_capability_never_applicable_on_failures_is_not_flagged():
+    success = {"f0": False, "p0": True}
+    runs = [make_run(r, success, "cap_a", [NA, NA]) for r in range(10)]
+    assert not aggregate(runs, [A], success).candidates[0].thin_er_plus_support

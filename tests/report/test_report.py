@@ -190,3 +190,18 @@ def test_routing_falls_back_to_compose_metrics_and_flags_collapse(tmp_path: Path
 def test_the_report_stage_reads_as_this_page_not_running(page: str):
     stages = section_html(page, "pipeline")
     assert "this page" in stages and ">running<" not in stages
+
+
+def test_analysis_section_flags_thin_er_plus_support(tmp_path: Path):
+    from trace_train.analysis.aggregate import Thresholds, aggregate, write_selected
+    from trace_train.analysis.labels import Capability, Label, LabelRun
+    from trace_train.report.loaders import load_run
+    from trace_train.report.sections_analysis import capabilities_section
+
+    success = {f"f{i}": False for i in range(10)} | {f"p{i}": True for i in range(20)}
+    labels = [Label.LACKING] * 8 + [Label.PRESENT] * 3 + [Label.NA] * 19  # one labeled passed episode
+    run = LabelRun(run=0, labels={(eid, "rare_cap"): lab for eid, lab in zip(success, labels)})
+    write_selected(aggregate([run], [Capability("rare_cap", "d")], success, Thresholds(k=1)),
+                   tmp_path / "analysis" / "selected_capabilities.json")
+    analysis = capabilities_section(load_run(tmp_path))
+    assert "decided by label noise" in analysis and "<b>rare_cap</b>: a median of 1.0 per run" in analysis

@@ -17,6 +17,11 @@ threshold can land one ulp below it (e.g. 0.7 − 0.5 = 0.19999999999999996 < 0.
 therefore use a tolerance ``epsilon`` (default 1e-9): ``Cov ≥ ρ − ε`` and ``Δ ≥ δ − ε``, so a value
 exactly at the threshold passes. ε is far below the smallest real gap between two ratios with
 denominators under 10⁴, so it never changes a genuine decision.
+
+Support: ER⁺ of a run is a ratio over the passed episodes labeled LACKING or PRESENT for c. When the
+median of that count over the runs is below ``THIN_SUPPORT`` (a base that almost never passes a task
+needing c), Δ rests on a handful of labels and label noise decides it; such a candidate is flagged
+(``thin_er_plus_support``), its reason says so and a warning is logged. The selection is unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from trace_train.analysis.labels import Capability, Label, LabelRun
 logger = logging.getLogger(__name__)
 
 MAX_EXAMPLES = 8
+THIN_SUPPORT = 5  # median labeled passed episodes per run below which ER⁺ (and so Δ) is flagged as noise
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,19 @@ class CapabilityResult:
     std_delta: float
     example_failed_cases: list[str]
 
+    @property
+    def er_plus_support(self) -> list[int]:
+        """Per run: the passed episodes labeled LACKING or PRESENT for this capability (ER⁺'s denominator)."""
+        return [r.lacking_passed + r.present_passed for r in self.runs]
+
+    @property
+    def thin_er_plus_support(self) -> bool:
+        """Applicable on failed episodes, but ER⁺ rests on fewer than THIN_SUPPORT labels in a typical run."""
+        applicable = any(r.lacking_failed + r.present_failed for r in self.runs)
+        return applicable and float(np.median(self.er_plus_support)) < THIN_SUPPORT
+
     def summary(self, n_runs: int) -> dict[str, Any]:
+        support = self.er_plus_support
         return {
             "name": self.name,
             "description": self.description,
@@ -96,6 +114,9 @@ class CapabilityResult:
             "n_runs_total": n_runs,
             "passes_consistency": self.selected,
             "example_failed_cases": self.example_failed_cases,
+            "er_plus_support": {"min": min(support, default=0), "median": float(np.median(support)),
+                                "max": max(support, default=0)},
+            "thin_er_plus_support": self.thin_er_plus_support,
         }
 
 
@@ -210,13 +231,24 @@ def aggregate(
             {eid for run in runs for eid, ok in success.items()
              if not ok and run.get((eid, cap.name)) is Label.LACKING}
         )[:MAX_EXAMPLES]
-        results.append(CapabilityResult(
+        result = CapabilityResult(
             name=cap.name, description=cap.description, runs=stats, n_runs_passed=n_passed,
             selected=n_passed >= thresholds.k, reason=_reason(stats, n_passed, thresholds.k, thresholds),
             mean_cov=float(covs.mean()), std_cov=float(covs.std()),
             mean_delta=float(deltas.mean()), std_delta=float(deltas.std()),
             example_failed_cases=examples,
-        ))
+        )
+        if result.thin_er_plus_support:
+            result.reason += (f"; ER⁺ rests on a median of {np.median(result.er_plus_support):g} labeled passed "
+                              f"episodes per run (< {THIN_SUPPORT}): Δ is decided by label noise")
+        results.append(result)
+    thin = [c.name for c in results if c.thin_er_plus_support]
+    if thin:
+        logger.warning(
+            "ER+ rests on fewer than %d labeled passed episodes per run for %s: their Δ is decided by label noise; "
+            "more rollouts, or a policy that sometimes passes those tasks, give the contrast support",
+            THIN_SUPPORT, ", ".join(thin),
+        )
     missing_by_run = {
         run.run: sum(1 for key in run.missing if key[0] in success) for run in runs
     }

@@ -131,6 +131,12 @@ def capabilities_section(run: RunData) -> str:
             body.append(f'<p class="note warn">Selected but not trained:</p><ul>{items}</ul>')
     else:
         body.append('<p class="note">No capability passed the consistency filter.</p>')
+    thin = [c for c in candidates if c.get("thin_er_plus_support")]
+    if thin:
+        items = "".join(f'<li><b>{esc(c.get("name", "?"))}</b>: a median of '
+                        f'{esc((c.get("er_plus_support") or {}).get("median", "?"))} per run</li>' for c in thin)
+        body.append('<p class="note warn">ER⁺ rests on very few labeled passed episodes for these candidates, so '
+                    f"their Δ is decided by label noise:</p><ul>{items}</ul>")
     dropped = [c for c in candidates if not c.get("keep", c.get("passes_consistency", False))]
     body.append("<h3>Dropped candidates</h3>")
     if dropped:
