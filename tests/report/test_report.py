@@ -205,3 +205,8 @@ def test_analysis_section_flags_thin_er_plus_support(tmp_path: Path):
                    tmp_path / "analysis" / "selected_capabilities.json")
     analysis = capabilities_section(load_run(tmp_path))
     assert "decided by label noise" in analysis and "<b>rare_cap</b>: a median of 1.0 per run" in analysis
+    path = tmp_path / "analysis" / "selected_capabilities.json"
+    doc = json.loads(path.read_text())
+    doc["candidates"][0]["er_plus_support"] = ["not", "a", "dict"]  # a hand-edited file: shown, not a crash
+    path.write_text(json.dumps(doc))
+    assert "<b>rare_cap</b>: a median of ? per run" in capabilities_section(load_run(tmp_path))

@@ -69,6 +69,11 @@ def _cap_cells(c: dict[str, Any], thresholds: dict[str, Any], strips: dict[str, 
     ]
 
 
+def _support_median(c: dict[str, Any]) -> Any:
+    support = c.get("er_plus_support")
+    return support.get("median", "?") if isinstance(support, dict) else "?"
+
+
 def skipped_capabilities(run: RunData, selected: list[str]) -> dict[str, str]:
     """Why each selected capability got no adapter, from the pipeline's synthesis stage and its config."""
     state = run.pipeline.data if isinstance(run.pipeline.data, dict) else {}
@@ -134,7 +139,7 @@ def capabilities_section(run: RunData) -> str:
     thin = [c for c in candidates if c.get("thin_er_plus_support")]
     if thin:
         items = "".join(f'<li><b>{esc(c.get("name", "?"))}</b>: a median of '
-                        f'{esc((c.get("er_plus_support") or {}).get("median", "?"))} per run</li>' for c in thin)
+                        f'{esc(_support_median(c))} per run</li>' for c in thin)
         body.append('<p class="note warn">ER⁺ rests on very few labeled passed episodes for these candidates, so '
                     f"their Δ is decided by label noise:</p><ul>{items}</ul>")
     dropped = [c for c in candidates if not c.get("keep", c.get("passes_consistency", False))]
