@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/capability_gain.py [--capabilities precondition_verification ...] [--iterations 60]
         [--budget-s 600] [--episodes 200] [--target-episodes 500] [--hint-fraction 0.0] [--out DIR]
+        [--env-kwargs structured_data_reasoning='{selection_style: price_bound, question_fraction: 0.0}']
 
 For each of the four families: trains one adapter with ``trace-rl train`` on ``trace/<capability>-v0``
 (8 groups x 8 per iteration, lr 5e-4), saving a version every ``--every`` iterations and noting each
@@ -43,7 +44,8 @@ def train(args: argparse.Namespace, capability: str, out: Path, adapter: str | N
     walls: dict[int, float] = {}
     start = time.time()
     command = [sys.executable, "-m", "trace_train.cli", "train", f"env=trace/{capability}-v0",
-               f"adapter={adapter}", f"tiny_policy_dir={args.base}", f"output_dir={out / 'train'}",
+               *env_kwargs_override(args, capability), f"adapter={adapter}", f"tiny_policy_dir={args.base}",
+               f"output_dir={out / 'train'}",
                f"hydra.run.dir={out / 'train_hydra'}", f"grpo.iterations={args.iterations}",
                f"grpo.checkpoint_every={args.every}", "grpo.groups_per_iter=8", "grpo.group_size=8",
                "grpo.lr=5e-4", "grpo.micro_batch_size=8", f"grpo.threads={args.threads}",
@@ -69,16 +71,22 @@ def train(args: argparse.Namespace, capability: str, out: Path, adapter: str | N
     return dict(sorted(walls.items()))
 
 
+def env_kwargs_override(args: argparse.Namespace, capability: str) -> list[str]:
+    """The family env's kwargs given by ``--env-kwargs CAPABILITY=DICT`` as a Hydra override (none: defaults)."""
+    kwargs = dict(getattr(args, "env_kwargs", None) or {}).get(capability)
+    return [f"+env_kwargs={kwargs}"] if kwargs else []
+
+
 def policy_spec(args: argparse.Namespace, greedy: bool, adapter: Path | None = None) -> str:
     extra = f", adapter: {adapter}" if adapter is not None else ""
     return (f"{{kind: hf, model: {args.base}, render_tools: false, greedy: {str(greedy).lower()}, "
             f"threads: {args.threads}{extra}}}")
 
 
-def evaluate(env: str, episodes: int, specs: dict[str, str], out: Path) -> Path:
+def evaluate(env: str, episodes: int, specs: dict[str, str], out: Path, overrides: list[str] = ()) -> Path:
     """Run ``trace-rl eval`` on ``env``; returns the directory holding eval.json and the trajectories."""
     command = [sys.executable, "-m", "trace_train.cli", "eval", f"env={env}", f"episodes={episodes}",
-               f"hydra.run.dir={out}", "~policies.base"]
+               f"hydra.run.dir={out}", "~policies.base", *overrides]
     command += [f"+policies.{name}={spec}" for name, spec in specs.items()]
     subprocess.run(command, check=True)
     return out
@@ -119,8 +127,9 @@ def run_capability(args: argparse.Namespace, capability: str, root: Path) -> dic
     own = evaluate(f"trace/{capability}-v0", args.episodes,
                    {"base": policy_spec(args, True), "base_sampled": policy_spec(args, False),
                     "adapter": policy_spec(args, True, adapter), "adapter_sampled": policy_spec(args, False, adapter)},
-                   out / "eval_own")
-    row = {"capability": capability, "iterations": chosen, "wall_s": walls[chosen], "adapter": str(adapter),
+                   out / "eval_own", env_kwargs_override(args, capability))
+    row = {"capability": capability, "env_kwargs": args.env_kwargs.get(capability), "iterations": chosen,
+           "wall_s": walls[chosen], "adapter": str(adapter),
            "own": {name: overall(own, name) for name in ("base", "base_sampled", "adapter", "adapter_sampled")}}
     own_counts = {k: {"successes": v.successes, "n": v.n} for k, v in row["own"].items()}
     saved.write_text(json.dumps({**row, "own": own_counts}, indent=2))
@@ -141,10 +150,16 @@ def main() -> None:
     parser.add_argument("--target-gain", type=float, default=0.10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="runs/capability_gain")
+    parser.add_argument("--env-kwargs", nargs="+", default=[], metavar="CAPABILITY=DICT",
+                        help="a family env's kwargs for training and its own-env evaluation, as a Hydra dict")
     parser.add_argument("--reuse", action="store_true",
                         help="take a capability finished by an earlier invocation with the same --out as it is")
     parser.add_argument("override", nargs="*", help="extra trace-rl train overrides (key=value)")
     args = parser.parse_args()
+    pairs = [item.partition("=") for item in args.env_kwargs]
+    if any(not sep or cap not in CAPABILITIES for cap, sep, _ in pairs):
+        parser.error(f"--env-kwargs takes CAPABILITY=DICT with CAPABILITY one of {CAPABILITIES}")
+    args.env_kwargs = {cap: kwargs for cap, _, kwargs in pairs}
     root = Path(args.out).resolve()
     args.base = str(Path(args.base).resolve())
 
@@ -165,7 +180,8 @@ def main() -> None:
         need_gain = ada_need.rate - base_need.rate
         low, high = base_rest.interval
         rest_ok = low <= ada_rest.rate <= high
-        print(f"\n{cap}: {row['iterations']} iterations, {row['wall_s']:.0f} s")
+        kwargs = f" (env {row['env_kwargs']})" if row.get("env_kwargs") else ""
+        print(f"\n{cap}{kwargs}: {row['iterations']} iterations, {row['wall_s']:.0f} s")
         print(f"  own env  base {fmt(own['base'])}   adapter {fmt(own['adapter'])}   gain {gain:+.3f}")
         print(f"  own env, T = 1  base {fmt(own['base_sampled'])}   adapter {fmt(own['adapter_sampled'])}   "
               f"gain {sampled_gain:+.3f}")

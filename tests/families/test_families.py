@@ -164,6 +164,38 @@ def test_structured_target_is_the_unique_match():
             assert str(intent["max_price"] or "") in task["intents"][0]["utterance"]
 
 
+def test_structured_price_bound_style_has_the_targets_shape():
+    """retail-sim's own exchanges: colour + price bound, the same-colour variant above the bound listed first;
+    the oracle solves it, the structured knob alone fails it, and the default style's episodes are unchanged."""
+    env = gym.make("trace/structured_data_reasoning-v0", selection_style="price_bound", n_distractors=0,
+                   question_fraction=0.0)
+    for seed in range(40):
+        _, info = env.reset(seed=seed)
+        task, db = info["task"], env.unwrapped._episode.db
+        req, intent = task["gold"]["requests"][0], task["intents"][0]
+        assert req["constraints"] == ["color", "max_price"] and task["difficulty"]["selection_style"] == "price_bound"
+        assert f"for a {intent['color']} one that costs at most {intent['max_price']} dollars" in intent["utterance"]
+        same = [i for i, v in db["products"][intent["product_id"]]["variants"].items()
+                if v["options"]["color"] == intent["color"]]
+        variants = db["products"][intent["product_id"]]["variants"]
+        assert same[0] == intent["distractor_item_id"] and variants[same[0]]["price"] > intent["max_price"]
+        assert same[1] == req["target"] and variants[same[1]]["price"] <= intent["max_price"]
+    seeds = range(100)
+    assert mean_reward(env, {}, seeds) == 1.0
+    assert mean_reward(env, {"structured": 1.0}, seeds) <= 0.1
+    mixed, default = (gym.make("trace/structured_data_reasoning-v0", **kw) for kw in ({"selection_style": "mixed"}, {}))
+    for seed in (3, 4):
+        assert json.dumps(mixed.reset(seed=seed)[1], sort_keys=True) == json.dumps(default.reset(seed=seed)[1],
+                                                                                   sort_keys=True)
+
+
+def test_selection_style_is_checked_against_the_domain():
+    with pytest.raises(ValueError, match="selection_style must be one of"):
+        gym.make("trace/structured_data_reasoning-v0", selection_style="cheapest_first")
+    with pytest.raises(ValueError, match="price_bound selections have 2 constraints"):
+        gym.make("trace/structured_data_reasoning-v0", selection_style="price_bound", n_constraints=3).reset(seed=0)
+
+
 def test_multi_step_dense_reward():
     env = gym.make("trace/multi_step_task_completion-v0", min_ops=2, max_ops=5)
     seen = set()

@@ -214,3 +214,10 @@ def test_calibration_lands_in_gate_every_pair(cap, domain):
     """The knob search with the scripted expert (conf/synthesis/default.yaml, fewer seeds) passes the gate."""
     result = _calibrates(cap, domain, n_seeds=CALIBRATION_SEEDS.get(cap, 12), group_size=6)
     assert result.chosen.knobs in _default_synthesis().search.candidates[cap]
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_retail_sims_price_bound_selections_are_refused_on_tau2_domains(domain):
+    assert get_domain(domain).selection_styles == ("mixed",)
+    with pytest.raises(ValueError, match=f"selection_style must be one of \\('mixed',\\) on domain '{domain}'"):
+        gym.make("trace/structured_data_reasoning-v0", domain=domain, selection_style="price_bound")

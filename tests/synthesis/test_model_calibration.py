@@ -75,6 +75,28 @@ def test_the_search_follows_the_collector(cfg):
     assert seen == [{"domain": "retail-sim", "min_ops": 2, "max_ops": 2}]
 
 
+def test_a_domain_ladder_replaces_the_capabilitys_on_that_domain_only(cfg):
+    """The quick preset's ``structured_data_reasoning@retail-sim`` ladder (retail-sim's price_bound selections) is
+    what retail-sim tries; a τ² domain keeps the capability's default ladder (price_bound is retail-sim's only)."""
+    quick = yaml.safe_load((REPO / "conf" / "preset" / "quick.yaml").read_text())["synthesis"]["search"]["candidates"]
+    merged = replace(cfg, search=replace(cfg.search, candidates={**cfg.search.candidates, **quick}))
+    retail = merged.search.ladder("structured_data_reasoning", "retail-sim")
+    assert retail and all(k["selection_style"] == "price_bound" for k in retail)
+    assert merged.search.ladder("structured_data_reasoning", "tau2-retail") == \
+        cfg.search.candidates["structured_data_reasoning"]
+    assert merged.search.ladder("multi_step_task_completion", "retail-sim") == \
+        cfg.search.candidates["multi_step_task_completion"]
+    assert merged.search.ladder("no_such_capability", "retail-sim") == [{}]
+    seen = []
+
+    def collector(env_id, env_kwargs, seeds, group_size):
+        seen.append(env_kwargs)
+        return np.zeros((len(seeds), group_size)), np.zeros((len(seeds), group_size), dtype=bool)
+
+    search_knobs("structured_data_reasoning", merged, collector=collector)
+    assert seen == [{"domain": "retail-sim", **k} for k in retail]
+
+
 def test_the_search_can_stop_at_the_first_candidate_that_is_too_hard(cfg):
     seen = []
 

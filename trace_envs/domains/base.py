@@ -55,6 +55,8 @@ class Domain(ABC):
     policy: str
     write_tools: frozenset[str]
     guard_cases: tuple[str, ...] = GUARD_CASES  # the subset of GUARD_CASES this domain can generate
+    # selection request shapes this domain can generate; "mixed" (every domain) draws the constraints at random
+    selection_styles: tuple[str, ...] = ("mixed",)
 
     # -- world, tools, verification --------------------------------------------------------------
     @abstractmethod
@@ -96,8 +98,9 @@ class Domain(ABC):
 
     @abstractmethod
     def selection_request(self, world: Any, rng: np.random.Generator, kind: str, n_constraints: int,
-                          n_distractors: int) -> Request:
-        """Pick one record among distractors under ``n_constraints`` constraints."""
+                          n_distractors: int, style: str = "mixed") -> Request:
+        """Pick one record among distractors under ``n_constraints`` constraints, in one of
+        ``selection_styles`` (the family checks ``style`` against them)."""
 
     @abstractmethod
     def question_request(self, world: Any, rng: np.random.Generator, n_records: int) -> Request:

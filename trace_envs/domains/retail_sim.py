@@ -59,6 +59,7 @@ class RetailSimDomain(Domain):
     name = "retail-sim"
     policy = POLICY
     write_tools = WRITE_TOOLS
+    selection_styles = ("mixed", "price_bound")
     guard_cases = ("allow", "ownership", "status")
 
     # -- world, tools, verification --------------------------------------------------------------
@@ -179,20 +180,30 @@ class RetailSimDomain(Domain):
         return self._request(world, intent, answer=intent.answer, n_records=n)
 
     def selection_request(self, world: RetailWorld, rng: np.random.Generator, kind: str, n_constraints: int,
-                          n_distractors: int) -> Request:
-        """Variant choice: colour + (size | price bound | cheapest / second cheapest), with decoys."""
+                          n_distractors: int, style: str = "mixed") -> Request:
+        """Variant choice: colour + (size | price bound | cheapest / second cheapest), with decoys.
+
+        ``style="price_bound"`` draws the shape of the target's own exchanges: colour + a price bound, with the
+        same-colour variant above the bound listed first (``n_constraints`` must be 2)."""
         if kind not in ("exchange", "modify_items"):
             raise ValueError(f"retail-sim selection kinds are exchange, modify_items; got {kind!r}")
+        if style not in self.selection_styles:
+            raise ValueError(f"retail-sim selection styles are {self.selection_styles}; got {style!r}")
+        if style == "price_bound" and n_constraints != 2:
+            raise ValueError(f"price_bound selections have 2 constraints (colour, price bound); got {n_constraints}")
         b = world.builder
         order = b.own_order("delivered" if kind == "exchange" else "pending")
         item = order["items"][0]
         product = b.products[item["product_id"]]
         variants = product["variants"]
         color = _pick(rng, [c for c in PRODUCTS[product["name"]] if c != item["options"]["color"]])
-        n_extra = max(1, min(3, n_constraints - 1))
-        extra = [str(c) for c in rng.permutation(["size", "max_price", "cheapest"])][:n_extra]
         same = [i for i, v in variants.items() if v["options"]["color"] == color]
-        target, sibling = (same[0], same[1]) if rng.random() < 0.5 else (same[1], same[0])
+        if style == "price_bound":
+            extra, (sibling, target) = ["max_price"], same[:2]
+        else:
+            n_extra = max(1, min(3, n_constraints - 1))
+            extra = [str(c) for c in rng.permutation(["size", "max_price", "cheapest"])][:n_extra]
+            target, sibling = (same[0], same[1]) if rng.random() < 0.5 else (same[1], same[0])
         rank = 2 if "cheapest" in extra and "size" not in extra and rng.random() < 0.5 else 1
         price = int(rng.integers(40, 110))
         bound = price + int(rng.integers(0, 15))
@@ -214,7 +225,8 @@ class RetailSimDomain(Domain):
             variants[other].update(price=other_price, available=bool(tempting or rng.random() < 0.6))
         size = variants[target]["options"]["size"]
         words = ("second cheapest " if rank == 2 else "cheapest ") if "cheapest" in extra else ""
-        desc = f"the {words}{size + ' ' if 'size' in extra else ''}{color} one"
+        article = "a" if style == "price_bound" else "the"  # the target's wording: "for a red one that costs ..."
+        desc = f"{article} {words}{size + ' ' if 'size' in extra else ''}{color} one"
         bound_text = f" that costs at most {bound} dollars" if "max_price" in extra else ""
         intent = Intent(kind, order["order_id"], item_id=item["item_id"], product=item["name"],
                         product_id=item["product_id"], color=color, max_price=bound if "max_price" in extra else 0,

@@ -260,7 +260,7 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
         return self.make_request(world, spec, communicate=[answer], answer=answer, n_records=len(prices))
 
     def selection_request(self, world: Tau2FamilyWorld, rng: np.random.Generator, kind: str, n_constraints: int,
-                          n_distractors: int) -> Request:
+                          n_distractors: int, style: str = "mixed") -> Request:
         """The user names a trip, not its id: add a bag to the one reservation matching every stated fact."""
         if kind != "bags_by_trip":
             raise ValueError(f"tau2-airline selection kinds are {self.kinds('selection')}, got {kind!r}")

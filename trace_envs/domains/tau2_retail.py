@@ -208,7 +208,7 @@ class Tau2RetailDomain(Tau2FamilyDomain):
         return self.make_request(world, spec, communicate=[answer], answer=answer, n_records=len(prices))
 
     def selection_request(self, world: Tau2FamilyWorld, rng: np.random.Generator, kind: str, n_constraints: int,
-                          n_distractors: int) -> Request:
+                          n_distractors: int, style: str = "mixed") -> Request:
         """Exchange / modify one item for the variant that meets the stated option constraints."""
         if kind not in ("exchange", "modify_items"):
             raise ValueError(f"tau2-retail selection kinds are exchange, modify_items; got {kind!r}")

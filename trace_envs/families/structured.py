@@ -20,20 +20,26 @@ from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, commu
 
 class StructuredDataReasoningEnv(FamilyEnv):
     """Difficulty knobs: ``n_constraints`` (2-4), ``n_distractors`` (0-4), ``n_records`` (2-8),
-    ``question_fraction`` (share of value questions vs selections)."""
+    ``question_fraction`` (share of value questions vs selections), ``selection_style`` (one of the domain's
+    ``selection_styles``: ``mixed`` draws the constraints at random; retail-sim's ``price_bound`` is the shape
+    of its own exchanges, the over-budget variant of the right colour listed first)."""
 
     capability = "structured_data_reasoning"
 
     def __init__(self, domain: str = "retail-sim", n_constraints: int = 2, n_distractors: int = 2,
-                 n_records: int = 3, question_fraction: float = 0.3, max_steps: int = 30, max_errors: int = 5,
-                 render_mode: str | None = None):
+                 n_records: int = 3, question_fraction: float = 0.3, selection_style: str = "mixed",
+                 max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        if selection_style not in self.domain.selection_styles:
+            raise ValueError(f"selection_style must be one of {self.domain.selection_styles} on domain "
+                             f"{self.domain.name!r}, got {selection_style!r}")
         if not 2 <= n_constraints <= 4:
             raise ValueError(f"n_constraints must be in [2, 4], got {n_constraints}")
         if not 0 <= n_distractors <= 4 or not 2 <= n_records <= 8 or not 0.0 <= question_fraction <= 1.0:
             raise ValueError("need 0 <= n_distractors <= 4, 2 <= n_records <= 8, 0 <= question_fraction <= 1")
         self.n_constraints, self.n_distractors = int(n_constraints), int(n_distractors)
         self.n_records, self.question_fraction = int(n_records), float(question_fraction)
+        self.selection_style = selection_style
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
         case = "question" if rng.random() < self.question_fraction else "selection"
@@ -45,10 +51,13 @@ class StructuredDataReasoningEnv(FamilyEnv):
         else:
             kinds = self.domain.kinds("selection")
             kind = kinds[int(rng.integers(len(kinds)))]
-            request = self.domain.selection_request(world, rng, kind, self.n_constraints, self.n_distractors)
+            request = self.domain.selection_request(world, rng, kind, self.n_constraints, self.n_distractors,
+                                                    style=self.selection_style)
             hazard = self.n_constraints - 1
         difficulty = {"n_constraints": self.n_constraints, "n_distractors": self.n_distractors,
                       "n_records": self.n_records, "question_fraction": self.question_fraction}
+        if self.selection_style != "mixed":  # named only when set: the default's episodes stay bit for bit
+            difficulty["selection_style"] = self.selection_style
         return FamilyTask(case=case, requests=[request], difficulty=difficulty, hazards={"structured": hazard})
 
     def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:

@@ -251,7 +251,7 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
     if collector is None:
         collector = scripted_collector(policy_factory) if policy_factory else expert_collector(cfg)
     env_id = family_env_id(capability)
-    candidates = cfg.search.candidates.get(capability) or [{}]
+    candidates = cfg.search.ladder(capability, cfg.domain)
     trials: list[Trial] = []
     for knobs in candidates[: cfg.search.max_trials]:
         stats = calibrate_env(env_id, {"domain": cfg.domain, **knobs}, collector, cfg)

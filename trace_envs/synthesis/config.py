@@ -52,10 +52,16 @@ class PolicyConfig:
 @dataclass(frozen=True)
 class SearchConfig:
     max_trials: int = 8
+    # capability -> knob settings; "<capability>@<domain>" gives one domain its own ladder (e.g. knobs only
+    # that domain's family builds), in place of the capability's
     candidates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Candidates run easy -> hard: once one is too hard (success and mean reward below the gate), the
     # harder ones cannot pass either, so the search may stop there.
     stop_when_too_hard: bool = False
+
+    def ladder(self, capability: str, domain: str) -> list[dict[str, Any]]:
+        """The candidates tried for ``capability`` on ``domain`` (``[{}]``, the family defaults, when none)."""
+        return self.candidates.get(f"{capability}@{domain}") or self.candidates.get(capability) or [{}]
 
 
 @dataclass(frozen=True)
