@@ -187,8 +187,6 @@ class RetailSimDomain(Domain):
         same-colour variant above the bound listed first (``n_constraints`` must be 2)."""
         if kind not in ("exchange", "modify_items"):
             raise ValueError(f"retail-sim selection kinds are exchange, modify_items; got {kind!r}")
-        if style not in self.selection_styles:
-            raise ValueError(f"retail-sim selection styles are {self.selection_styles}; got {style!r}")
         if style == "price_bound" and n_constraints != 2:
             raise ValueError(f"price_bound selections have 2 constraints (colour, price bound); got {n_constraints}")
         b = world.builder
