@@ -69,14 +69,20 @@ class GateGRPOConfig:
 class RoutingTargetsConfig:
     """Gate data from the target (``moe.train.method: routing_targets``): every slot alone (the base, the base with
     each adapter) plays ``samples`` episodes on each of ``seeds`` training seeds of the target from
-    ``seed_offset``; each seed's best slot (``trace_moe.routing_targets``) labels every successful episode of it."""
+    ``seed_offset``. ``label: best``: each seed's best slot (``trace_moe.routing_targets``) labels every successful
+    episode of it; ``label: solvers``: every successful episode of a seed is an example once per slot that solved
+    the seed, so the gates fit the share of solvers (the paper's warm start: a KL to each seed's distribution of
+    rewards over the slots) and their top-1 is the slot that solves tasks like it most often."""
 
     seeds: int = 64  # target training seeds
     samples: int = 4  # episodes per slot and seed (sampled at the pipeline policy's temperature)
     seed_offset: int = 0  # first seed index of the target's training split
     greedy: bool = False  # decode greedily (one episode per slot and seed: samples must be 1), as a greedy eval does
+    label: str = "best"  # best | solvers (above)
 
     def __post_init__(self) -> None:
+        if self.label not in ("best", "solvers"):
+            raise ValueError(f"routing targets: label must be 'best' or 'solvers', got {self.label!r}")
         if self.seeds < 1 or self.samples < 1 or self.seed_offset < 0:
             raise ValueError(f"seeds and samples must be >= 1 and seed_offset >= 0, got {self.seeds}, "
                              f"{self.samples}, {self.seed_offset}")

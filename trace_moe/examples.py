@@ -20,13 +20,16 @@ class GateExample:
     """One sequence: ``loss_mask[t] = 1`` on assistant (policy) tokens; ``label`` is the slot to route to.
 
     Slot 0 is the base model, slot i >= 1 the i-th adapter. ``episode_id`` groups examples for the
-    majority-per-episode routing accuracy (empty: every example is its own episode).
+    majority-per-episode routing accuracy (empty: every example is its own episode). ``token_labels``
+    (optional, one per position, -1 = not trained) replaces ``label`` position by position in the gates' label
+    loss and the routing report (``trace_moe.token_labels``); ``label`` stays the sequence's capability.
     """
 
     input_ids: list[int]
     loss_mask: list[int]
     label: int
     episode_id: str = ""
+    token_labels: list[int] | None = None
 
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.loss_mask):
@@ -34,6 +37,20 @@ class GateExample:
                 f"input_ids ({len(self.input_ids)}) and loss_mask ({len(self.loss_mask)}) differ in length")
         if self.label < 0:
             raise ValueError(f"label must be a slot index >= 0, got {self.label}")
+        if self.token_labels is not None:
+            if len(self.token_labels) != len(self.input_ids):
+                raise ValueError(f"token_labels ({len(self.token_labels)}) and input_ids ({len(self.input_ids)}) "
+                                 "differ in length")
+            if any(t < -1 for t in self.token_labels):
+                raise ValueError("token_labels are slot indices >= 0, or -1 for a position that is not trained")
+
+    def position_labels(self) -> list[int]:
+        """The slot each position's gate is trained towards (-1: not trained): ``token_labels`` when set, else
+        ``label`` on the assistant tokens (on every token when the sequence has none)."""
+        if self.token_labels is not None:
+            return list(self.token_labels)
+        mask = self.loss_mask if any(self.loss_mask) else [1] * len(self.input_ids)
+        return [self.label if m else -1 for m in mask]
 
 
 @dataclass
@@ -42,6 +59,7 @@ class Batch:
     attention_mask: torch.Tensor  # (B, T)
     loss_mask: torch.Tensor  # (B, T) float
     labels: torch.Tensor  # (B,)
+    position_labels: torch.Tensor  # (B, T): GateExample.position_labels, -1 on padding and untrained positions
 
 
 def collate(examples: Sequence[GateExample], pad_id: int = 0, max_len: int | None = None) -> Batch:
@@ -51,12 +69,14 @@ def collate(examples: Sequence[GateExample], pad_id: int = 0, max_len: int | Non
     ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), length), dtype=torch.long)
     mask = torch.zeros((len(seqs), length), dtype=torch.float32)
-    for i, (s, m) in enumerate(seqs):
+    positions = torch.full((len(seqs), length), -1, dtype=torch.long)
+    for i, ((s, m), example) in enumerate(zip(seqs, examples)):
         ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         att[i, : len(s)] = 1
         mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+        positions[i, : len(s)] = torch.tensor(example.position_labels()[: len(s)], dtype=torch.long)
     labels = torch.tensor([e.label for e in examples], dtype=torch.long)
-    return Batch(ids, att, mask, labels)
+    return Batch(ids, att, mask, labels, positions)
 
 
 def capability_from_env_id(env_id: str, slot_names: Sequence[str]) -> str | None:

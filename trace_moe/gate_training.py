@@ -54,6 +54,12 @@ class GateTrainConfig:
     # grpo_target | grpo_mixture: gate-only GRPO on the target env / on the mixture of the capability envs
     # (trace_train.grpo.gate_grpo, settings in moe.grpo)
     method: Literal["supervised", "routing_targets", "grpo_target", "grpo_mixture"] = "supervised"
+    # which positions the label loss trains, and towards which slot (trace_moe.token_labels): assistant = the
+    # example's slot on its assistant tokens | all_tokens = on every token (system, user and tool turns too: the
+    # gates also route those at inference, and an adapter acts through them) | likelihood = the example's slot only
+    # where its adapter makes the next policy token >= likelihood_margin nats likelier than the base, else the base
+    labels: Literal["assistant", "all_tokens", "likelihood"] = "assistant"
+    likelihood_margin: float = 1.0
 
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size", "grad_accum", "max_len"):
@@ -63,6 +69,11 @@ class GateTrainConfig:
             raise ValueError(f"gate training: lr must be > 0, got {self.lr}")
         if self.method not in GATE_TRAIN_METHODS:
             raise ValueError(f"gate training: method must be one of {GATE_TRAIN_METHODS}, got {self.method!r}")
+        if self.labels not in ("assistant", "all_tokens", "likelihood"):
+            raise ValueError(f"gate training: labels must be 'assistant', 'all_tokens' or 'likelihood', "
+                             f"got {self.labels!r}")
+        if self.likelihood_margin < 0:
+            raise ValueError(f"gate training: likelihood_margin must be >= 0 nats, got {self.likelihood_margin}")
         if self.train_slots is not None and not self.train_slots:
             raise ValueError("gate training: train_slots must name at least one slot (or be null for all)")
 
@@ -102,11 +113,15 @@ def load_balancing_loss(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 
 def label_loss(logits: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per-token CE of gate logits (B, T, N) vs each sequence's slot label, over masked tokens."""
-    per_token = labels[:, None].expand(mask.shape)
-    m = mask.bool()
+    return position_label_loss(logits, torch.where(mask.bool(), labels[:, None].expand(mask.shape), -1))
+
+
+def position_label_loss(logits: torch.Tensor, position_labels: torch.Tensor) -> torch.Tensor:
+    """Per-token CE of gate logits (B, T, N) vs a slot per position (B, T); positions labelled -1 do not count."""
+    m = position_labels >= 0
     if not m.any():
         return logits.sum() * 0.0
-    return F.cross_entropy(logits[m].float(), per_token[m])
+    return F.cross_entropy(logits[m].float(), position_labels[m])
 
 
 def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -182,13 +197,13 @@ def _train_end_to_end(
         for i, chunk in enumerate(batches):
             b = collate(chunk, cfg.pad_id, cfg.max_len)
             ids, att = b.input_ids.to(device), b.attention_mask.to(device)
-            lmask, labels = b.loss_mask.to(device), b.labels.to(device)
+            lmask, positions = b.loss_mask.to(device), b.position_labels.to(device)
             out = composed(input_ids=ids, attention_mask=att, use_cache=False)
             gmask = _gate_mask(lmask, att)
             layer_logits = composed.layer_logits()
             l_lm = lm_loss(out.logits, ids, lmask)
             l_lb = torch.stack([load_balancing_loss(lg, gmask) for lg in layer_logits]).mean()
-            l_lab = torch.stack([label_loss(lg, gmask, labels) for lg in layer_logits]).mean()
+            l_lab = torch.stack([position_label_loss(lg, positions) for lg in layer_logits]).mean()
             loss = l_lm + cfg.lb_coef * l_lb + cfg.label_coef * l_lab
             (loss / cfg.grad_accum).backward()
             for k, v in (("lm", l_lm), ("lb", l_lb), ("label", l_lab), ("total", loss)):
@@ -256,7 +271,8 @@ def _step(composed: ComposedModel, opt, sched, cfg: GateTrainConfig) -> None:
 @torch.no_grad()
 def capture_gate_inputs(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig
                         ) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Per block, the gate inputs (M, d) of all masked tokens, with routing forced to each label."""
+    """Per block, the gate inputs (M, d) of every labelled position (``GateExample.position_labels``) and their
+    labels, with routing forced to each example's ``label``."""
     device = next(composed.gates.parameters()).device
     per_layer: list[list[torch.Tensor]] = [[] for _ in range(composed.num_layers)]
     labels: list[torch.Tensor] = []
@@ -264,13 +280,14 @@ def capture_gate_inputs(composed: ComposedModel, examples: Sequence[GateExample]
     for chunk in iter_batches(examples, cfg.batch_size, order):
         b = collate(chunk, cfg.pad_id, cfg.max_len)
         ids, att = b.input_ids.to(device), b.attention_mask.to(device)
-        gmask = _gate_mask(b.loss_mask.to(device), att).bool()
+        positions = b.position_labels.to(device)
+        gmask = positions >= 0
         with composed.forcing(b.labels.to(device)), composed.capturing():
             composed(input_ids=ids, attention_mask=att, use_cache=False)
             for layer, gate in enumerate(composed.gates):
                 per_layer[layer].append(gate.last_input[gmask].float())
                 gate.last_input = None
-        labels.append(b.labels.to(device)[:, None].expand(gmask.shape)[gmask])
+        labels.append(positions[gmask])
     return [torch.cat(x) for x in per_layer], torch.cat(labels)
 
 

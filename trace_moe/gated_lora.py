@@ -7,8 +7,11 @@ Each adapted linear projection becomes a :class:`GatedLoRALinear`:
 where slot 0 is the base model (no adapter). Routing is decided once per decoder block by a
 :class:`BlockGate` (``nn.Linear(d, N + 1)`` with bias) on the block's *normed* hidden state (the
 output of its input layernorm, detached): softmax over slots, token-level top-k, and each chosen
-slot is weighted by its own probability (Switch-style; for top-1 the chosen probability). Only the
-gates hold trainable parameters; the adapters' A/B matrices are non-persistent buffers.
+slot is weighted by its own probability (``weighting='probability'``, Switch-style; for top-1 the chosen
+probability) or taken whole (``weighting='selection'``: g = 1 on the chosen slots in the forward pass, the
+gradient of the probability in the backward pass -- a straight-through estimator). The paper leaves which of the
+two its gate uses open; with probability weighting an unsure gate (top-1 p = 0.4) runs the chosen adapter at 40 %
+strength. Only the gates hold trainable parameters; the adapters' A/B matrices are non-persistent buffers.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ class GateConfig:
     top_k: int = 1
     init: Literal["base_bias", "zero"] = "base_bias"
     base_bias: float = 5.0
+    weighting: Literal["probability", "selection"] = "probability"
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("probability", "selection"):
+            raise ValueError(f"gate weighting must be 'probability' or 'selection', got {self.weighting!r}")
 
 
 class RoutingControl:
@@ -58,6 +66,7 @@ class BlockGate(nn.Module):
         self.proj = nn.Linear(hidden_size, num_slots, bias=True)
         self.num_slots = num_slots
         self.top_k = config.top_k
+        self.weighting = config.weighting
         self.layer_index = layer_index
         self._control = control
         self.reset_parameters(config)
@@ -100,7 +109,7 @@ class BlockGate(nn.Module):
             logits = logits.clone()
             logits[..., list(control.disabled_slots)] = float("-inf")
             self.last_logits = logits
-        self.last_weights = topk_weights(logits, self.top_k)
+        self.last_weights = topk_weights(logits, self.top_k, straight_through=self.weighting == "selection")
 
     def expanded_coef(self, scales: torch.Tensor, rank: int, dtype: torch.dtype) -> torch.Tensor:
         """g_i * scale_i repeated over each adapter's rank: (…, N * r); computed once per forward.
@@ -117,10 +126,14 @@ class BlockGate(nn.Module):
         self.route(output)
 
 
-def topk_weights(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Switch-style weights: softmax probs kept on the top-k slots, zero elsewhere (not renormalized)."""
+def topk_weights(logits: torch.Tensor, k: int, straight_through: bool = False) -> torch.Tensor:
+    """Switch-style weights: softmax probs kept on the top-k slots, zero elsewhere (not renormalized).
+
+    ``straight_through``: 1 on the top-k slots in value, with the probabilities' gradient."""
     probs = logits.softmax(dim=-1)
     top_p, top_i = probs.topk(k, dim=-1)
+    if straight_through:
+        top_p = top_p - top_p.detach() + 1.0
     return torch.zeros_like(probs).scatter(-1, top_i, top_p)
 
 

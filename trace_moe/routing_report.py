@@ -17,7 +17,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RoutingReport:
-    """Routing statistics over the masked (assistant) tokens of held-out examples, all blocks pooled.
+    """Routing statistics over the labelled tokens of held-out examples (the assistant tokens, or the positions an
+    example's ``token_labels`` label), all blocks pooled.
 
     ``token_accuracy``: fraction of (token, block) decisions whose top-1 slot equals the label.
     ``episode_accuracy``: fraction of episodes whose majority top-1 slot equals the label.
@@ -57,9 +58,8 @@ def routing_report(composed: ComposedModel, examples: Sequence[GateExample], bat
     for start, chunk in enumerate(iter_batches(examples, batch_size, range(len(examples)))):
         b = collate(chunk, pad_id, max_len)
         ids, att = b.input_ids.to(device), b.attention_mask.to(device)
-        mask = b.loss_mask.to(device).bool()
-        empty = ~mask.any(1)
-        mask[empty] = att[empty].bool()
+        positions = b.position_labels.to(device)
+        mask = positions >= 0
         with composed.forcing(None):
             composed(input_ids=ids, attention_mask=att, use_cache=False)
         for layer, logits in enumerate(composed.layer_logits()):
@@ -67,7 +67,7 @@ def routing_report(composed: ComposedModel, examples: Sequence[GateExample], bat
             top = probs.argmax(-1)
             sel_top = top[mask].cpu()
             layer_counts[layer] += torch.bincount(sel_top, minlength=n_slots).float()
-            lab = b.labels.to(device)[:, None].expand(mask.shape)[mask].cpu()
+            lab = positions[mask].cpu()
             correct += int((sel_top == lab).sum())
             lab_in = lab.clamp(0, n_slots - 1)
             slot_total += torch.bincount(lab_in, minlength=n_slots).float()

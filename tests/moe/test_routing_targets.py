@@ -117,3 +117,26 @@ def test_greedy_routing_targets_decode_greedily_once_per_slot_and_seed(tmp_path,
     assert {e.label for e in examples} <= {0, 1}
     with pytest.raises(ValueError, match="samples must be 1"):
         MoEConfig.from_dict({"routing": {"greedy": True, "samples": 2}})
+
+
+def _episode(seed: int, slot: str, success: bool):
+    from trace_envs.records import TrajectoryRecord
+
+    return TrajectoryRecord("t", seed, [], float(success), success, "done", policy=slot,
+                            token_ids=[1, 2, seed], loss_mask=[0, 1, 1])
+
+
+def test_solver_labels_give_each_successful_episode_once_per_slot_that_solved_its_seed():
+    names = ["base", "a", "b"]
+    solved = {0: {"base", "a", "b"}, 1: {"b"}, 2: set(), 3: {"a", "b"}}  # seed -> slots that solve it
+    per_slot = [[_episode(seed, name, name in solvers) for seed, solvers in solved.items()] for name in names]
+    best, summary = gate_targets.label_routing_episodes(per_slot, names, "best")
+    # slot b is best on average (3 of 4), so it wins every tie: each of the 6 successful episodes labelled b
+    assert sorted((e.input_ids[-1], e.label) for e in best) == [(0, 2)] * 3 + [(1, 2)] + [(3, 2)] * 2
+    assert summary["labels_of_solved_seeds"] == {"b": 3} and summary["seeds_solved"] == 3
+    solvers, summary = gate_targets.label_routing_episodes(per_slot, names, "solvers")
+    pairs = sorted((e.input_ids[-1], e.label) for e in solvers)
+    assert pairs == sorted([(0, s) for s in (0, 1, 2)] * 3 + [(1, 2)] + [(3, s) for s in (1, 2)] * 2)
+    assert summary["examples"] == {"base": 3, "a": 5, "b": 6}
+    with pytest.raises(ValueError, match="label"):
+        MoEConfig.from_dict({"routing": {"label": "worst"}})

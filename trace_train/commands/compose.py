@@ -164,6 +164,7 @@ def main(cfg: DictConfig) -> None:
     from trace_envs.records import write_json_atomic
     from trace_moe import ComposedModel, read_examples, routing_report, train_gates
     from trace_moe.adapters import load_adapters
+    from trace_moe.token_labels import label_examples
 
     try:
         v = validate(cfg)
@@ -199,6 +200,10 @@ def main(cfg: DictConfig) -> None:
     counts = {s: sum(e.label == i for e in train) for i, s in enumerate(slots)}
     console.print(f"training {composed.num_layers} gates over slots {slots} on {len(train)} examples {counts} "
                   f"({composed.check_trainable().trainable:,} trainable parameters)")
+    train = label_examples(composed, train, train_cfg.labels, train_cfg.likelihood_margin,
+                           pad_id=train_cfg.pad_id, max_len=train_cfg.max_len)
+    held = label_examples(composed, held, train_cfg.labels, train_cfg.likelihood_margin,
+                          pad_id=train_cfg.pad_id, max_len=train_cfg.max_len)
     reports: dict[str, Any] = {}
     if held and v["extend"] is not None:
         with composed.disabling([new_slot]):

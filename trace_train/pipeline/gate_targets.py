@@ -2,7 +2,8 @@
 
 Every slot alone -- the base, then the base with each adapter -- plays the same training seeds of the target;
 each seed's best slot (``trace_moe.routing_targets``) labels every successful episode played on that seed, by
-any slot. The gates then learn, on target tokens, which expert the task in front of them wants.
+any slot (``moe.routing.label=best``), or each such episode is an example once per slot that solved the seed
+(``solvers``). The gates then learn, on target tokens, which expert the task in front of them wants.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[
     """``(examples, summary)``: GateExamples from ``env`` (the target, or the targets' mixture, with ``env_kwargs``;
     slot 0 = base, slot i = ``list(adapters)[i-1]``) and what was played and labelled (rollouts, per-slot mean
     reward, labels per slot)."""
-    from trace_moe import GateExample, routing_targets
-
     names = ["base", *adapters]
     envs = [env] if isinstance(env, str) else list(env)
     split = cfg.rollouts.split
@@ -39,6 +38,14 @@ def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[
         per_slot.append([record for env_id in envs
                          for record in play(spec, env_id, split, routing.seeds, routing.seed_offset, routing.samples,
                                             batch=cfg.eval.batch_episodes, env_kwargs=env_kwargs)])
+    return label_routing_episodes(per_slot, names, routing.label)
+
+
+def label_routing_episodes(per_slot: list[list], names: list[str], label: str = "best") -> tuple[list, dict]:
+    """``(examples, summary)`` from the episodes each slot played alone (``per_slot[i]``: slot ``names[i]``'s
+    records, every slot on the same seeds), labelled as ``label`` says (``RoutingTargetsConfig.label``)."""
+    from trace_moe import GateExample, routing_targets
+
     tasks = sorted({(r.env_id, r.seed) for r in per_slot[0]})
     index = {task: i for i, task in enumerate(tasks)}
     totals = np.zeros((len(tasks), len(names)))
@@ -51,10 +58,14 @@ def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[
         raise ValueError("routing targets: a slot did not play every seed the base played")
     rewards = totals / counts
     labels = routing_targets(rewards)
-    examples = [GateExample(record.token_ids, record.loss_mask, int(labels[index[(record.env_id, record.seed)]]),
-                            record.episode_id)
+    solved_by = np.zeros_like(rewards, dtype=bool)
+    for slot, records in enumerate(per_slot):
+        for record in records:
+            solved_by[index[(record.env_id, record.seed)], slot] |= bool(record.success)
+    examples = [GateExample(record.token_ids, record.loss_mask, slot, record.episode_id)
                 for records in per_slot for record in records
-                if record.success and record.token_ids and record.loss_mask]
+                if record.success and record.token_ids and record.loss_mask
+                for slot in _labels_of(index[(record.env_id, record.seed)], labels, solved_by, label)]
     solved = rewards.max(axis=1) > 0
     summary = {"rollouts": sum(len(records) for records in per_slot), "seeds": len(tasks),
                "seeds_solved": int(solved.sum()),
@@ -64,3 +75,11 @@ def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[
     logger.info("routing targets on %d seeds (%d solved by some slot): %s; %d gate examples", len(tasks),
                 summary["seeds_solved"], summary["labels_of_solved_seeds"], len(examples))
     return examples, summary
+
+
+def _labels_of(task: int, best: np.ndarray, solved_by: np.ndarray, how: str) -> list[int]:
+    """The labels one successful episode of ``task`` is an example for: its best slot, or every slot that solved
+    it (``RoutingTargetsConfig.label``)."""
+    if how == "solvers":
+        return [int(s) for s in np.flatnonzero(solved_by[task])]
+    return [int(best[task])]

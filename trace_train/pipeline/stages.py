@@ -208,6 +208,7 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     import numpy as np
 
     from trace_moe import ComposedModel, routing_report, train_gates
+    from trace_moe.token_labels import label_examples
 
     moe = moe if moe is not None else MoEConfig()
     if moe.train.method == "routing_targets" and gate_env is None:
@@ -228,6 +229,8 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
         missing = "no successful capability-env rollouts to train the gates on"
     if not examples:
         return {"skipped": missing}
+    examples = label_examples(composed, examples, moe.train.labels, moe.train.likelihood_margin,
+                              max_len=moe.train.max_len, pad_id=moe.train.pad_id)
     order = np.random.default_rng(0).permutation(len(examples))
     n_held = max(1, len(examples) // 10)
     held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
