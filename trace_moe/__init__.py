@@ -24,6 +24,7 @@ from trace_moe.param_count import GateCount, count_qwen3_moe_gates, gate_param_f
 from trace_moe.routers import CapabilityLabel, OracleRouter, RouteDecision, TaskLevelRouter, static_merge
 from trace_moe.routing_report import RoutingReport, routing_report
 from trace_moe.routing_targets import routing_targets
+from trace_moe.token_labels import label_examples
 
 __all__ = [
     "BlockGate",
@@ -48,6 +49,7 @@ __all__ = [
     "find_decoder_blocks",
     "gate_param_formula",
     "hash_adapter_dir",
+    "label_examples",
     "load_adapter",
     "load_adapters",
     "load_balancing_loss",

@@ -43,3 +43,23 @@ def test_compose_command_trains_and_saves(tiny, tmp_path):
     loaded = ComposedModel.load(out)
     assert loaded.slot_names == names
     assert not torch.equal(loaded.gates[0].proj.weight, torch.zeros_like(loaded.gates[0].proj.weight))
+
+
+def test_compose_command_trains_on_every_token_and_saves_the_weighting(tiny, tmp_path):
+    base_path, adapter_paths = tiny
+    names = ["base", "cap0", "cap1", "cap2"]
+    examples = synthetic_examples(6, seed=7)
+    rows = [{"env_id": "x", "seed": i, "success": True, "token_ids": e.input_ids, "loss_mask": e.loss_mask,
+             "episode_id": e.episode_id, "info": {"capability": names[e.label]}} for i, e in enumerate(examples)]
+    data = write_jsonl_atomic(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "composed"
+    cmd = [sys.executable, "-c", "from trace_train.cli import main; main()", "compose",
+           f"base={base_path}", f"adapters=[{','.join(str(p) for p in adapter_paths)}]", f"data={data}",
+           f"out={out}", "moe.train.labels=all_tokens", "moe.gate.weighting=selection", "moe.train.epochs=2",
+           "held_out_frac=0.25", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((out / "compose_metrics.json").read_text())
+    held = metrics["num_held_out"]
+    assert metrics["routing"]["num_tokens"] == held * len(examples[0].input_ids)  # prompt tokens are labelled too
+    assert ComposedModel.load(out).gate_config.weighting == "selection"
