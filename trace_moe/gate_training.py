@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from trace_moe.composed import ComposedModel
 from trace_moe.examples import GateExample, collate, iter_batches
+from trace_moe.token_labels import LABEL_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +70,8 @@ class GateTrainConfig:
             raise ValueError(f"gate training: lr must be > 0, got {self.lr}")
         if self.method not in GATE_TRAIN_METHODS:
             raise ValueError(f"gate training: method must be one of {GATE_TRAIN_METHODS}, got {self.method!r}")
-        if self.labels not in ("assistant", "all_tokens", "likelihood"):
-            raise ValueError(f"gate training: labels must be 'assistant', 'all_tokens' or 'likelihood', "
-                             f"got {self.labels!r}")
+        if self.labels not in LABEL_KINDS:
+            raise ValueError(f"gate training: labels must be one of {LABEL_KINDS}, got {self.labels!r}")
         if self.likelihood_margin < 0:
             raise ValueError(f"gate training: likelihood_margin must be >= 0 nats, got {self.likelihood_margin}")
         if self.train_slots is not None and not self.train_slots:
