@@ -50,18 +50,17 @@ def label_routing_episodes(per_slot: list[list], names: list[str], label: str = 
     index = {task: i for i, task in enumerate(tasks)}
     totals = np.zeros((len(tasks), len(names)))
     counts = np.zeros((len(tasks), len(names)))
+    solved_by = np.zeros((len(tasks), len(names)), dtype=bool)
     for slot, records in enumerate(per_slot):
         for record in records:
-            totals[index[(record.env_id, record.seed)], slot] += record.reward
-            counts[index[(record.env_id, record.seed)], slot] += 1
+            task = index[(record.env_id, record.seed)]
+            totals[task, slot] += record.reward
+            counts[task, slot] += 1
+            solved_by[task, slot] |= bool(record.success)
     if (counts == 0).any():
         raise ValueError("routing targets: a slot did not play every seed the base played")
     rewards = totals / counts
     labels = routing_targets(rewards)
-    solved_by = np.zeros_like(rewards, dtype=bool)
-    for slot, records in enumerate(per_slot):
-        for record in records:
-            solved_by[index[(record.env_id, record.seed)], slot] |= bool(record.success)
     examples = [GateExample(record.token_ids, record.loss_mask, slot, record.episode_id)
                 for records in per_slot for record in records
                 if record.success and record.token_ids and record.loss_mask
