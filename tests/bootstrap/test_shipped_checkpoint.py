@@ -40,3 +40,10 @@ def test_the_shipped_base_is_stage_five_on_the_hints_stage_on_stage_three():
     # stage 5 keeps stage 4's knobs, decisions and hints and adds the system notes of the prompted baseline
     assert vars(shipped.knobs) == vars(hints.knobs) and shipped.decisions == hints.decisions
     assert shipped.hint_fraction == hints.hint_fraction and shipped.system_note_fraction > 0
+
+
+def test_the_shipped_base_records_linear_probes_that_read_every_decision():
+    probes = json.loads((SHIPPED / "bootstrap.json").read_text())["linear_probes"]
+    assert set(probes) == {"precondition", "multi_step", "structured", "precision"}
+    for decision, p in probes.items():  # issue #18: each decision read at >= 0.8 held-out
+        assert p["points"] >= 50 and p["balanced_accuracy"] >= 0.8, (decision, p)

@@ -71,7 +71,9 @@ class BootstrapConfig:
     seed: int = 0
     threads: int = 1
     checkpoint_every: int = 100
-    time_budget_min: float = 60.0
+    # Pause (checkpoint and stop, with a message) once a run has trained this long; the same command continues.
+    # A pause never finishes a stage early: a finished stage is always the configured one, so its hash is true.
+    time_budget_min: float | None = None
     probe_episodes: int = 100
     # Stop after this step although the LR schedule spans ``steps`` (records where a budgeted run stopped).
     stop_step: int | None = None

@@ -28,8 +28,9 @@ from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.decisions import DecisionHead, decision_index
+from trace_train.bootstrap.linear_probe import linear_probes as fresh_linear_probes
 from trace_train.bootstrap.probe import teacher_forced_probe
-from trace_train.model import ChatRenderer, build_model, save_policy
+from trace_train.model import ChatRenderer, build_model, load_policy, save_policy
 from trace_train.model.chat_template import chat_template
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,15 @@ def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor
     return loss
 
 
+class BootstrapPaused(RuntimeError):
+    """A bootstrap stopped at its time budget; its checkpoint is saved and running it again continues."""
+
+    def __init__(self, config_hash: str, step: int, last_step: int, budget_min: float, directory: Path):
+        self.config_hash, self.step, self.last_step = config_hash, step, last_step
+        super().__init__(f"bootstrap {config_hash} paused at step {step} of {last_step} after its {budget_min:g}-"
+                         f"minute budget (checkpoint in {directory}); run the same command again to continue")
+
+
 def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
                      elapsed: float, head: DecisionHead | None = None) -> None:
     tmp = path.with_suffix(".tmp")
@@ -104,11 +114,31 @@ class Bootstrapper:
         os.replace(tmp, tok_dir)
         return tokenizer
 
-    def run(self, progress: bool = True) -> dict[str, Any]:
-        """Train to ``cfg.steps`` (resuming if a checkpoint exists); returns the summary."""
+    def run(self, progress: bool = True, linear_probes: bool = False) -> dict[str, Any]:
+        """Train to ``cfg.last_step`` (resuming if a checkpoint exists); returns the summary.
+
+        ``linear_probes``: the summary also holds fresh linear probes of every decision on the finished model
+        (:func:`trace_train.bootstrap.linear_probe.linear_probes` on 3x / 2x ``probe_episodes`` train / test
+        episodes; added to a cached summary that lacks them).
+        Raises :class:`BootstrapPaused` when ``cfg.time_budget_min`` runs out first (the checkpoint is saved)."""
         if self.is_done():
             logger.info("bootstrap %s is cached at %s", self.config_hash, self.dir)
-            return json.loads((self.dir / "bootstrap.json").read_text())
+            summary = json.loads((self.dir / "bootstrap.json").read_text())
+        else:
+            summary = self._train(progress)
+        return self._with_linear_probes(summary) if linear_probes else summary
+
+    def _with_linear_probes(self, summary: dict[str, Any]) -> dict[str, Any]:
+        if "linear_probes" in summary:
+            return summary
+        model, tokenizer = load_policy(self.model_dir)
+        probes = fresh_linear_probes(model, tokenizer, self.cfg, train_episodes=3 * self.cfg.probe_episodes,
+                                     test_episodes=2 * self.cfg.probe_episodes)  # 300 / 200 for the shipped base
+        summary = {**summary, "linear_probes": probes}
+        write_json_atomic(self.dir / "bootstrap.json", summary)
+        return summary
+
+    def _train(self, progress: bool) -> dict[str, Any]:
         cfg = self.cfg
         torch.set_num_threads(cfg.threads)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -148,9 +178,10 @@ class Bootstrapper:
             start_step, elapsed = state["step"], state["elapsed"]
             drop_rows_from(self.dir / "metrics.jsonl", "step", start_step + 1)  # rows of steps to be replayed
             logger.info("resuming bootstrap %s at step %d", self.config_hash, start_step)
-        budget_s = cfg.time_budget_min * 60
-        started = time.perf_counter() - elapsed
-        tokens_seen, ema, stopped_early = 0, None, False
+        budget_s = math.inf if cfg.time_budget_min is None else cfg.time_budget_min * 60
+        invoked = time.perf_counter()  # the budget is per invocation: a continued run gets it afresh
+        started = invoked - elapsed
+        ema = None
         columns = [TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
         with Progress(*columns, disable=not progress) as bar:
@@ -170,7 +201,6 @@ class Bootstrapper:
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
                 optimizer.step()
-                tokens_seen += int(attn.sum())
                 ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
                 bar.update(task, completed=step + 1, loss=f"{ema:.3f}")
                 now = time.perf_counter() - started
@@ -182,12 +212,9 @@ class Bootstrapper:
                     append_jsonl(self.dir / "metrics.jsonl", row)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
                     _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
-                if now > budget_s:
-                    logger.warning("time budget of %.0f min reached at step %d of %d", cfg.time_budget_min,
-                                   step + 1, cfg.steps)
+                if time.perf_counter() - invoked > budget_s and step + 1 < cfg.last_step:
                     _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
-                    stopped_early = True
-                    break
+                    raise BootstrapPaused(self.config_hash, step + 1, cfg.last_step, cfg.time_budget_min, self.dir)
         model.eval()
         probe = teacher_forced_probe(model, tokenizer, renderer, cfg, decision_head=head)
         tmp = self.dir / "model.tmp"
@@ -195,7 +222,7 @@ class Bootstrapper:
         os.replace(tmp, self.model_dir)
         summary = {"config": json.loads(json.dumps(asdict(cfg))), "config_hash": self.config_hash,
                    "wall_s": time.perf_counter() - started,
-                   "final_loss_ema": ema, "stopped_early": stopped_early, "probe": probe,
+                   "final_loss_ema": ema, "probe": probe,
                    "parameters": sum(p.numel() for p in model.parameters())}
         write_json_atomic(self.dir / "bootstrap.json", summary)
         return summary

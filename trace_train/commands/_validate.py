@@ -64,6 +64,16 @@ def fail(command: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+PAUSED_EXIT_CODE = 3  # a run stopped at its time budget with its checkpoint saved; the same command continues it
+
+
+def paused(command: str, message: str) -> NoReturn:
+    """Print ``trace-rl <command>: <message>`` on stderr (a run paused at its budget) and exit 3."""
+    Console(stderr=True).print(f"trace-rl {command}: {' '.join(str(message).split())}", style="yellow",
+                               markup=False, highlight=False, soft_wrap=True)
+    sys.exit(PAUSED_EXIT_CODE)
+
+
 def positive_int(cfg: Any, key: str, minimum: int = 1) -> int:
     """``cfg.<key>`` (a dotted key) as an int >= ``minimum``; :class:`ConfigError` naming the key otherwise."""
     value: Any = cfg

@@ -9,30 +9,76 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
 
-from trace_train.paths import CONF_DIR
+from trace_train.paths import CONF_DIR, AssetNotFoundError, shipped_checkpoint
 
 logger = logging.getLogger(__name__)
 
 
+def reference_model(compare_to: str | None, config_hash: str) -> Path | None:
+    """The model to compare a finished bootstrap with: ``compare_to=shipped`` is the shipped base when it was made
+    from this very config (same hash), otherwise none; any other value is a model directory; null is none."""
+    if compare_to is None:
+        return None
+    if compare_to != "shipped":
+        path = Path(compare_to).expanduser()
+        if not (path / "model.safetensors").is_file():
+            raise FileNotFoundError(f"compare_to={compare_to}: no model.safetensors in {path}")
+        return path
+    try:
+        shipped = shipped_checkpoint()
+    except AssetNotFoundError:
+        return None
+    meta = shipped / "bootstrap.json"
+    shipped_hash = json.loads(meta.read_text()).get("config_hash") if meta.is_file() else None
+    if shipped_hash != config_hash:
+        logger.info("config %s is not the shipped base's (%s): nothing to compare with", config_hash, shipped_hash)
+        return None
+    return shipped
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="bootstrap", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from trace_train.bootstrap.compare import compare_models
     from trace_train.bootstrap.config import BootstrapConfig
-    from trace_train.bootstrap.trainer import Bootstrapper
-    from trace_train.commands._validate import check_groups, fail
+    from trace_train.bootstrap.trainer import BootstrapPaused, Bootstrapper
+    from trace_train.commands._validate import check_groups, fail, paused
 
     try:
         check_groups(cfg, "bootstrap")
         config = BootstrapConfig.from_dict(OmegaConf.to_container(cfg.bootstrap, resolve=True))
-    except (TypeError, ValueError) as exc:
+        if cfg.if_exists not in ("error", "overwrite"):
+            raise ValueError(f"if_exists must be one of error, overwrite; got {cfg.if_exists!r}")
+        if cfg.export_to and Path(cfg.export_to).exists() and cfg.if_exists != "overwrite":
+            raise ValueError(f"export_to={cfg.export_to} already exists; choose another directory or set "
+                             "if_exists=overwrite to replace it")
+        runner = Bootstrapper(config, Path(cfg.cache_dir))
+        reference = reference_model(cfg.compare_to, runner.config_hash)  # checked before hours of training
+    except (TypeError, ValueError, FileNotFoundError) as exc:
         fail("bootstrap", str(exc))
-    runner = Bootstrapper(config, Path(cfg.cache_dir))
-    summary = runner.run()
+    try:
+        summary = runner.run(linear_probes=True)
+    except BootstrapPaused as exc:
+        paused("bootstrap", str(exc))
     logger.info("bootstrap %s: %s", runner.config_hash, json.dumps(summary["probe"]))
+    if reference is not None:
+        comparison = compare_models(runner.model_dir, reference)
+        logger.info("bootstrap %s against %s: %s", runner.config_hash, reference, comparison.summary())
+        Console(stderr=True).print(f"compared with {reference}: {comparison.summary()}",
+                                   style="green" if comparison.identical else "yellow", markup=False,
+                                   highlight=False)
     if cfg.export_to:
-        target = Path(cfg.export_to)
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(runner.model_dir, target)
-        (target / "bootstrap.json").write_text(json.dumps(summary, indent=2))
-        logger.info("exported the bootstrapped model to %s", target)
+        export(runner.model_dir, summary, Path(cfg.export_to))
+
+
+def export(model_dir: Path, summary: dict, target: Path) -> None:
+    """Copy the finished model and its ``bootstrap.json`` to ``target``, replacing it only once the copy is whole."""
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(model_dir, staging)
+    (staging / "bootstrap.json").write_text(json.dumps(summary, indent=2))
+    if target.exists():
+        shutil.rmtree(target)
+    staging.replace(target)
+    logger.info("exported the bootstrapped model to %s", target)

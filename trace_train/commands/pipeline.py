@@ -16,7 +16,8 @@ logger = logging.getLogger(__name__)
 @hydra.main(config_path=str(CONF_DIR), config_name="pipeline", version_base=None)
 def main(cfg: DictConfig) -> None:
     import trace_envs  # noqa: F401
-    from trace_train.commands._validate import check_groups, fail, known_env, model_dir
+    from trace_train.bootstrap.trainer import BootstrapPaused
+    from trace_train.commands._validate import check_groups, fail, known_env, model_dir, paused
     from trace_train.pipeline.config import PipelineConfigs
     from trace_train.pipeline.run import Pipeline
 
@@ -31,7 +32,10 @@ def main(cfg: DictConfig) -> None:
         pipeline = Pipeline.from_configs(configs, REPO_ROOT)
     except (TypeError, ValueError) as exc:
         fail("pipeline", str(exc))
-    out = pipeline.run()
+    try:
+        out = pipeline.run()
+    except BootstrapPaused as exc:  # bootstrap.time_budget_min was set: the same command continues the run
+        paused("pipeline", str(exc))
     line = pipeline.headline()
     if line:
         console.print(f"[bold]{line}[/bold]")

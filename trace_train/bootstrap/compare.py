@@ -1,0 +1,61 @@
+"""Is a bootstrapped model the same as another (the shipped base)? Tensor by tensor, plus the tokenizer."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    """How two saved policies differ: the tensors whose values differ and the largest absolute difference."""
+
+    tensors: int
+    differing: tuple[str, ...]
+    missing: tuple[str, ...]  # names present in only one of the two
+    max_abs_diff: float
+    tokenizer_identical: bool
+
+    @property
+    def identical(self) -> bool:
+        return not self.differing and not self.missing and self.tokenizer_identical
+
+    def summary(self) -> str:
+        if self.identical:
+            return f"bit for bit identical ({self.tensors} tensors, same tokenizer)"
+        parts = [f"{len(self.differing)} of {self.tensors} tensors differ (max |diff| {self.max_abs_diff:.3g})"]
+        if self.missing:
+            parts.append(f"{len(self.missing)} tensors in only one model ({', '.join(self.missing[:3])})")
+        if not self.tokenizer_identical:
+            parts.append("the tokenizers differ")
+        return "; ".join(parts)
+
+
+def _tokenizer(model_dir: Path) -> object:
+    return json.loads((model_dir / "tokenizer.json").read_text())
+
+
+def compare_models(a: str | Path, b: str | Path) -> ModelComparison:
+    """Compare the ``model.safetensors`` and ``tokenizer.json`` of two saved policies (Hugging Face dirs)."""
+    a, b = Path(a), Path(b)
+    for path in (a, b):
+        if not (path / "model.safetensors").is_file():
+            raise FileNotFoundError(f"no model.safetensors in {path}")
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    shared = sorted(set(wa) & set(wb))
+    missing = tuple(sorted(set(wa) ^ set(wb)))
+    differing, max_diff = [], 0.0
+    for name in shared:
+        x, y = wa[name], wb[name]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            differing.append(name)
+            max_diff = float("inf")
+        elif not torch.equal(x, y):
+            differing.append(name)
+            max_diff = max(max_diff, float((x.double() - y.double()).abs().max()))
+    return ModelComparison(tensors=len(shared), differing=tuple(differing), missing=missing, max_abs_diff=max_diff,
+                           tokenizer_identical=_tokenizer(a) == _tokenizer(b))
