@@ -35,6 +35,12 @@ class ModelComparison:
         return "; ".join(parts)
 
 
+def made_from(model_dir: str | Path) -> str | None:
+    """The bootstrap config hash recorded in ``model_dir/bootstrap.json`` (None when there is none)."""
+    meta = Path(model_dir) / "bootstrap.json"
+    return json.loads(meta.read_text()).get("config_hash") if meta.is_file() else None
+
+
 def _tokenizer(model_dir: Path) -> object:
     return json.loads((model_dir / "tokenizer.json").read_text())
 

@@ -11,6 +11,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from trace_train.bootstrap.compare import made_from
 from trace_train.paths import CONF_DIR, AssetNotFoundError, shipped_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -30,8 +31,7 @@ def reference_model(compare_to: str | None, config_hash: str) -> Path | None:
         shipped = shipped_checkpoint()
     except AssetNotFoundError:
         return None
-    meta = shipped / "bootstrap.json"
-    shipped_hash = json.loads(meta.read_text()).get("config_hash") if meta.is_file() else None
+    shipped_hash = made_from(shipped)
     if shipped_hash != config_hash:
         logger.info("config %s is not the shipped base's (%s): nothing to compare with", config_hash, shipped_hash)
         return None

@@ -28,6 +28,7 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
     ``shipped_checkpoint`` names a checkpoint shipped with trace-rl (``retail-sim-tiny``) or is an absolute
     directory; ``null`` always bootstraps. A missing directory is an error, never a silent re-bootstrap.
     ``repo_root`` is unused (kept for callers)."""
+    from trace_train.bootstrap.compare import made_from
     from trace_train.paths import shipped_checkpoint
 
     if cfg.base_model:
@@ -47,8 +48,7 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
         if not (shipped / "config.json").is_file():
             raise FileNotFoundError(f"pipeline.shipped_checkpoint={cfg.shipped_checkpoint}: no model at {shipped}; "
                                     "reinstall trace-rl or set pipeline.shipped_checkpoint=null to bootstrap")
-    meta = shipped / "bootstrap.json" if shipped else None
-    if meta is not None and meta.exists() and json.loads(meta.read_text()).get("config_hash") == wanted:
+    if shipped is not None and made_from(shipped) == wanted:
         logger.info("using the shipped base checkpoint %s (config hash %s)", shipped, wanted)
         return {"model": str(shipped), "source": "shipped", "config_hash": wanted}
     from trace_train.bootstrap.trainer import Bootstrapper
