@@ -58,7 +58,13 @@ def test_compare_models_finds_identity_a_changed_tensor_and_a_changed_tokenizer(
     save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
     changed = compare_models(runner.model_dir, copy)
     assert not changed.identical and changed.differing == (name,)
-    assert changed.max_abs_diff == pytest.approx(0.25, abs=1e-3)
+    assert changed.max_abs_diff == pytest.approx(0.25, abs=1e-3) and changed.reshaped == ()
+
+    weights[name] = weights[name].double()  # same values, another dtype: reported as such, not as a |diff|
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    retyped = compare_models(runner.model_dir, copy)
+    assert retyped.reshaped == (name,) and retyped.max_abs_diff == 0.0
+    assert "1 of" in retyped.summary() and "(1 in shape or dtype)" in retyped.summary()
 
     tokenizer = json.loads((copy / "tokenizer.json").read_text())
     tokenizer["model"]["vocab"]["zz-new-token"] = 10**6
@@ -106,7 +112,7 @@ def test_the_cli_pauses_with_its_own_exit_code_and_refuses_an_existing_export(tm
     assert code == 0, err
     assert not (export / "keep.txt").exists() and (export / "model.safetensors").is_file()
     assert json.loads((export / "bootstrap.json").read_text())["config"]["steps"] == 6
-    assert "tensors differ" in err  # a 6-step model is not the shipped base, and the CLI says so
+    assert "24 of 24 tensors differ (max |diff|" in " ".join(err.split())  # a 6-step model is not the shipped base, and the CLI says so
 
 
 def test_a_pipeline_whose_bootstrap_pauses_exits_with_the_pause_code(tmp_path, capsys):

@@ -17,6 +17,7 @@ class ModelComparison:
     tensors: int
     differing: tuple[str, ...]
     missing: tuple[str, ...]  # names present in only one of the two
+    reshaped: tuple[str, ...]  # differing tensors whose shape or dtype differs (no |diff| exists for them)
     max_abs_diff: float
     tokenizer_identical: bool
 
@@ -27,7 +28,11 @@ class ModelComparison:
     def summary(self) -> str:
         if self.identical:
             return f"bit for bit identical ({self.tensors} tensors, same tokenizer)"
-        parts = [f"{len(self.differing)} of {self.tensors} tensors differ (max |diff| {self.max_abs_diff:.3g})"]
+        valued = len(self.differing) - len(self.reshaped)
+        detail = [f"max |diff| {self.max_abs_diff:.3g}"] if valued else []
+        if self.reshaped:
+            detail.append(f"{len(self.reshaped)} in shape or dtype")
+        parts = [f"{len(self.differing)} of {self.tensors} tensors differ ({', '.join(detail)})"]
         if self.missing:
             parts.append(f"{len(self.missing)} tensors in only one model ({', '.join(self.missing[:3])})")
         if not self.tokenizer_identical:
@@ -54,14 +59,15 @@ def compare_models(a: str | Path, b: str | Path) -> ModelComparison:
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     shared = sorted(set(wa) & set(wb))
     missing = tuple(sorted(set(wa) ^ set(wb)))
-    differing, max_diff = [], 0.0
+    differing, reshaped, max_diff = [], [], 0.0
     for name in shared:
         x, y = wa[name], wb[name]
         if x.shape != y.shape or x.dtype != y.dtype:
             differing.append(name)
-            max_diff = float("inf")
+            reshaped.append(name)
         elif not torch.equal(x, y):
             differing.append(name)
             max_diff = max(max_diff, float((x.double() - y.double()).abs().max()))
-    return ModelComparison(tensors=len(shared), differing=tuple(differing), missing=missing, max_abs_diff=max_diff,
+    return ModelComparison(tensors=len(shared), differing=tuple(differing), missing=missing,
+                           reshaped=tuple(reshaped), max_abs_diff=max_diff,
                            tokenizer_identical=_tokenizer(a) == _tokenizer(b))

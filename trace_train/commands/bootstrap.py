@@ -67,7 +67,7 @@ def main(cfg: DictConfig) -> None:
         logger.info("bootstrap %s against %s: %s", runner.config_hash, reference, comparison.summary())
         Console(stderr=True).print(f"compared with {reference}: {comparison.summary()}",
                                    style="green" if comparison.identical else "yellow", markup=False,
-                                   highlight=False)
+                                   highlight=False, soft_wrap=True)  # one line, whatever the terminal width
     if cfg.export_to:
         export(runner.model_dir, summary, Path(cfg.export_to))
 
