@@ -50,9 +50,9 @@ def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
     assert (runner.dir / "metrics.jsonl").read_text().splitlines() == lines
 
 
-@pytest.mark.parametrize("decision_weight", [0.0, 1.0])
-def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight):
-    cfg = BootstrapConfig(**TINY, decision_loss_weight=decision_weight)
+@pytest.mark.parametrize("decision_weight,packing", [(0.0, "none"), (1.0, "none"), (1.0, "packed")])
+def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight, packing):
+    cfg = BootstrapConfig(**TINY, decision_loss_weight=decision_weight, packing=packing)
     clean = bc.Bootstrapper(cfg, tmp_path / "clean")
     clean.run(progress=False)
 

@@ -23,6 +23,9 @@ def env_data_version(env_id: str) -> int:
     return int(getattr(env_class, "data_version", 1))
 
 
+BOOTSTRAP_PACKING = ("none", "packed")  # a bootstrap batch is its seeds' episodes: no bucketing across batches
+
+
 @dataclass
 class KnobsConfig:
     precondition: float = 0.5
@@ -68,6 +71,12 @@ class BootstrapConfig:
     # base has only ever seen one system prompt and the prompted baseline's longer one derails it.
     system_note_fraction: float = 0.0
     max_len: int = 2048
+    # How a batch reaches the model: "none" pads it to its longest episode (2-D padding mask); "packed" runs it
+    # as one row with attention kept inside each episode (trace_train.grpo.packing). Same episodes, same loss,
+    # mathematically equal gradients (floats differ in rounding), ~2x faster on CPU: no padded tokens, and causal
+    # attention skips the blocks above the diagonal that the padding mask makes SDPA compute. An ``init_from``
+    # stage that does not set it inherits it.
+    packing: str = "none"
     seed: int = 0
     threads: int = 1
     checkpoint_every: int = 100
@@ -81,6 +90,10 @@ class BootstrapConfig:
     init_from: dict[str, Any] | None = None
     data_offset_steps: int = 0  # skip this many steps' worth of BC seeds (a continuation sees fresh episodes)
 
+    def __post_init__(self) -> None:
+        if self.packing not in BOOTSTRAP_PACKING:
+            raise ValueError(f"bootstrap.packing must be one of {BOOTSTRAP_PACKING}, got {self.packing!r}")
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
         """Build from the ``bootstrap`` group (a mapping or DictConfig); unknown or mistyped keys fail with a path."""
@@ -88,7 +101,10 @@ class BootstrapConfig:
 
     @property
     def parent(self) -> "BootstrapConfig | None":
-        return BootstrapConfig.from_dict(self.init_from, "bootstrap.init_from") if self.init_from else None
+        if not self.init_from:
+            return None
+        # a stage that does not set its own packing inherits its child's: `bootstrap.packing=packed` packs the chain
+        return BootstrapConfig.from_dict({"packing": self.packing, **self.init_from}, "bootstrap.init_from")
 
     @property
     def last_step(self) -> int:
@@ -99,6 +115,8 @@ class BootstrapConfig:
         relevant = asdict(self)
         for key in ("threads", "checkpoint_every", "probe_episodes", "time_budget_min"):
             relevant.pop(key)
+        if self.packing == "none":  # configs that pad keep the hashes they had before packing existed
+            relevant.pop("packing")
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
         for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):  # nor configs without hints / notes

@@ -26,10 +26,11 @@ from transformers import AutoTokenizer
 
 from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
 from trace_train.bootstrap.config import BootstrapConfig
-from trace_train.bootstrap.data import batches, pad_batch, train_tokenizer
+from trace_train.bootstrap.data import Example, batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.decisions import DecisionHead, decision_index
 from trace_train.bootstrap.linear_probe import linear_probes as fresh_linear_probes
 from trace_train.bootstrap.probe import teacher_forced_probe
+from trace_train.grpo.packing import packed_hidden_states
 from trace_train.model import ChatRenderer, build_model, load_policy, save_policy
 from trace_train.model.chat_template import chat_template
 
@@ -67,6 +68,23 @@ def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor
             copy_logits = model.lm_head(hidden[copy_select]).float()
             loss = loss + copy_weight * torch.nn.functional.cross_entropy(copy_logits, targets[copy_select])
     return loss
+
+
+def batch_loss(model: torch.nn.Module, head: DecisionHead | None, examples: list[Example], cfg: BootstrapConfig,
+               pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The BC loss of one batch (LM + copy + weighted decision loss) and its decision-loss part, with the batch
+    run padded or packed as ``cfg.packing`` says."""
+    ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, pad_id))
+    if cfg.packing == "packed":
+        hidden = packed_hidden_states(model.model, [e.ids for e in examples])
+    else:
+        hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight, hidden=hidden)
+    decision_loss = None
+    if head is not None:
+        decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples], head.decisions))
+        loss = loss + cfg.decision_loss_weight * decision_loss
+    return loss, decision_loss
 
 
 class BootstrapPaused(RuntimeError):
@@ -187,16 +205,9 @@ class Bootstrapper:
         with Progress(*columns, disable=not progress) as bar:
             task = bar.add_task("bc", total=cfg.last_step, completed=start_step, loss="-")
             for step, examples in batches(cfg, renderer, start_step):
-                ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(cfg, step)
-                hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
-                loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight, hidden=hidden)
-                decision_loss = None
-                if head is not None:
-                    decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples],
-                                                                      head.decisions))
-                    loss = loss + cfg.decision_loss_weight * decision_loss
+                loss, decision_loss = batch_loss(model, head, examples, cfg, tokenizer.pad_token_id)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

@@ -130,6 +130,23 @@ def packed_attention(model: torch.nn.Module, lengths: Sequence[int]) -> Iterator
         )
 
 
+def packed_hidden_states(body: torch.nn.Module, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The decoder stack's final hidden states of ``sequences`` run as ONE packed row, returned right-padded
+    ``(B, L, H)`` (zeros past each sequence's end), exactly the layout a padded batch gives.
+
+    ``body`` is the decoder (``model.model`` of a causal LM). Mathematically equal to the padded forward; the
+    floats differ in rounding only (a different attention kernel and no padded rows)."""
+    device = next(body.parameters()).device
+    lengths = [len(s) for s in sequences]
+    flat = torch.as_tensor([t for s in sequences for t in s], dtype=torch.long, device=device).unsqueeze(0)
+    positions = torch.cat([torch.arange(n, device=device) for n in lengths])
+    with packed_attention(body, lengths):
+        hidden = body(input_ids=flat, position_ids=positions.unsqueeze(0), use_cache=False).last_hidden_state[0]
+    rows = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.as_tensor(lengths, device=device))
+    out = hidden.new_zeros(len(lengths), max(lengths), hidden.shape[-1])
+    return out.index_put((rows, positions), hidden)
+
+
 def bucket_order(lengths: Sequence[int], indices: Sequence[int]) -> list[int]:
     """``indices`` sorted by their sequence length (stable), so micro-batches cut from it pad little."""
     return sorted(indices, key=lambda i: lengths[i])
