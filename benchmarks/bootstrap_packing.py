@@ -24,12 +24,12 @@ import torch
 MODES = ("none", "packed")
 
 
-def chain(root: dict) -> list[dict]:
-    """The stage dicts of a bootstrap config, first stage first."""
+def chain(config) -> list:
+    """The stages of a bootstrap config (``BootstrapConfig.parent`` upwards), first stage first."""
     stages = []
-    while root:
-        stages.append(root)
-        root = root.get("init_from")
+    while config is not None:
+        stages.append(config)
+        config = config.parent
     return stages[::-1]
 
 
@@ -56,20 +56,21 @@ def main() -> None:
     base, tokenizer = load_policy(shipped)
     tokenizer.chat_template = chat_template("none")
     renderer = ChatRenderer(tokenizer)
-    stages = chain(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bootstrap" / "default.yaml"), resolve=True))
+    shipped_config = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bootstrap" / "default.yaml"), resolve=True)
+    stages = {mode: chain(BootstrapConfig.from_dict({**shipped_config, "packing": mode})) for mode in MODES}
     print(f"base {shipped}; {args.steps} batches per stage, {args.reps} rounds, {args.threads} threads")
     print(f"{'stage':>5} {'steps':>5} {'padding':>8} {'padded s/step (CPU)':>20} {'packed s/step (CPU)':>20} "
           f"{'ratio':>6} {'grad diff':>9}")
     minutes = {mode: 0.0 for mode in MODES}
-    for number, stage in enumerate(stages, start=1):
-        cfg = {mode: BootstrapConfig.from_dict({**stage, "packing": mode, "init_from": None}) for mode in MODES}
+    for number, pair in enumerate(zip(*(stages[mode] for mode in MODES)), start=1):
+        cfg = dict(zip(MODES, pair))
         data = [examples for _, (_, examples) in zip(range(args.steps), batches(cfg["none"], renderer, 0))]
         real = sum(len(e.ids) for b in data for e in b)
         padded = sum(max(len(e.ids) for e in b) * len(b) for b in data)
         states = {}
-        first = cfg["none"]
         torch.manual_seed(0)  # one decision head, copied into both modes
-        head0 = DecisionHead(base.config.hidden_size, first.decisions) if first.decision_loss_weight else None
+        padded_cfg = cfg["none"]
+        head0 = DecisionHead(base.config.hidden_size, padded_cfg.decisions) if padded_cfg.decision_loss_weight else None
         for mode in MODES:
             model = copy.deepcopy(base).train()
             head = copy.deepcopy(head0)
