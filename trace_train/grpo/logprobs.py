@@ -129,14 +129,13 @@ def packed_token_logprobs(
     attention stays inside each sequence (``trace_train.grpo.packing.packed_attention``); values are
     set where ``loss_mask`` (``(B, L)``, as ``pad_batch`` returns it) is set, 0 elsewhere.
     """
-    from trace_train.grpo.packing import packed_attention
+    from trace_train.grpo.packing import packed_attention, packed_row
 
     lengths = [len(t) for t in token_ids]
     if loss_mask.shape[0] != len(lengths) or loss_mask.shape[1] < max(lengths):
         raise ValueError(f"loss mask {tuple(loss_mask.shape)} does not cover sequences of lengths {lengths}")
     device = loss_mask.device
-    flat = torch.as_tensor([t for seq in token_ids for t in seq], dtype=torch.long, device=device).unsqueeze(0)
-    positions = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
+    flat, positions = packed_row(token_ids, device)
     offsets = torch.as_tensor([0, *lengths[:-1]], device=device).cumsum(0)
     select = loss_mask > 0
     select[:, 0] = False  # position 0 has no context inside its sequence

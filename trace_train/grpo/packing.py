@@ -138,13 +138,20 @@ def packed_hidden_states(body: torch.nn.Module, sequences: Sequence[Sequence[int
     floats differ in rounding only (a different attention kernel and no padded rows)."""
     device = next(body.parameters()).device
     lengths = [len(s) for s in sequences]
-    flat = torch.as_tensor([t for s in sequences for t in s], dtype=torch.long, device=device).unsqueeze(0)
-    positions = torch.cat([torch.arange(n, device=device) for n in lengths])
+    flat, positions = packed_row(sequences, device)
     with packed_attention(body, lengths):
-        hidden = body(input_ids=flat, position_ids=positions.unsqueeze(0), use_cache=False).last_hidden_state[0]
+        hidden = body(input_ids=flat, position_ids=positions, use_cache=False).last_hidden_state[0]
     rows = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.as_tensor(lengths, device=device))
     out = hidden.new_zeros(len(lengths), max(lengths), hidden.shape[-1])
-    return out.index_put((rows, positions), hidden)
+    return out.index_put((rows, positions[0]), hidden)
+
+
+def packed_row(sequences: Sequence[Sequence[int]],
+               device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, position_ids)``, each ``(1, N)``: the sequences concatenated, positions restarting at 0 for each."""
+    flat = torch.as_tensor([t for s in sequences for t in s], dtype=torch.long, device=device).unsqueeze(0)
+    positions = torch.cat([torch.arange(len(s), device=device) for s in sequences]).unsqueeze(0)
+    return flat, positions
 
 
 def bucket_order(lengths: Sequence[int], indices: Sequence[int]) -> list[int]:
