@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trace_train.bootstrap import trainer as bc
+from trace_train.bootstrap.compare import model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig, env_data_version
 from trace_train.bootstrap.data import (
     Example,
@@ -74,6 +75,9 @@ def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, dec
     b, _ = load_policy(killed.model_dir)
     for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(pa, pb), name
+    # each run records its model's fingerprint, the same for the same weights
+    recorded = [json.loads((r.dir / "bootstrap.json").read_text())["model_fingerprint"] for r in (clean, killed)]
+    assert recorded[0] == recorded[1] == model_fingerprint(clean.model_dir)
 
 
 def test_continuation_runs_its_parent_first_and_sees_fresh_data(tmp_path):

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from tests.cli_runner import run_cli
 from trace_train.bootstrap import trainer as bc
-from trace_train.bootstrap.compare import compare_models
+from trace_train.bootstrap.compare import compare_models, model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.commands._validate import PAUSED_EXIT_CODE
 from trace_train.commands.bootstrap import reference_model
@@ -50,6 +50,8 @@ def test_compare_models_finds_identity_a_changed_tensor_and_a_changed_tokenizer(
     same = compare_models(runner.model_dir, copy)
     assert same.identical and same.max_abs_diff == 0.0 and same.tensors > 5
     assert "identical" in same.summary()
+    fingerprint = model_fingerprint(runner.model_dir)
+    assert model_fingerprint(copy) == fingerprint and len(fingerprint) == 64
 
     weights = load_file(copy / "model.safetensors")
     name = sorted(weights)[0]
@@ -59,19 +61,27 @@ def test_compare_models_finds_identity_a_changed_tensor_and_a_changed_tokenizer(
     changed = compare_models(runner.model_dir, copy)
     assert not changed.identical and changed.differing == (name,)
     assert changed.max_abs_diff == pytest.approx(0.25, abs=1e-3) and changed.reshaped == ()
+    seen = {fingerprint, model_fingerprint(copy)}
+    assert len(seen) == 2  # one changed value changes the fingerprint
 
     weights[name] = weights[name].double()  # same values, another dtype: reported as such, not as a |diff|
     save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
     retyped = compare_models(runner.model_dir, copy)
     assert retyped.reshaped == (name,) and retyped.max_abs_diff == 0.0
     assert "1 of" in retyped.summary() and "(1 in shape or dtype)" in retyped.summary()
+    seen.add(model_fingerprint(copy))
+    assert len(seen) == 3  # the same values in another dtype are another model
 
     tokenizer = json.loads((copy / "tokenizer.json").read_text())
     tokenizer["model"]["vocab"]["zz-new-token"] = 10**6
     (copy / "tokenizer.json").write_text(json.dumps(tokenizer))
     assert not compare_models(runner.model_dir, copy).tokenizer_identical
+    seen.add(model_fingerprint(copy))
+    assert len(seen) == 4  # so is another tokenizer
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         compare_models(runner.model_dir, tmp_path)
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        model_fingerprint(tmp_path)
 
 
 def test_compare_to_shipped_applies_only_to_the_shipped_config(tmp_path):
@@ -81,6 +91,7 @@ def test_compare_to_shipped_applies_only_to_the_shipped_config(tmp_path):
     assert reference_model("shipped", "0" * 16) is None  # another config: nothing to compare with
     assert reference_model(None, shipped_hash) is None
     assert reference_model(str(shipped), "0" * 16) == shipped  # an explicit directory, whatever the hash
+    assert reference_model("ab" * 32, shipped_hash) is None  # a recorded fingerprint: no directory to compare
     with pytest.raises(FileNotFoundError, match="compare_to="):
         reference_model(str(tmp_path), shipped_hash)
 
@@ -114,6 +125,14 @@ def test_the_cli_pauses_with_its_own_exit_code_and_refuses_an_existing_export(tm
     assert json.loads((export / "bootstrap.json").read_text())["config"]["steps"] == 6
     # a 6-step model is not the shipped base, and the CLI says so (on one line: the test sees the text unwrapped)
     assert "24 of 24 tensors differ (max |diff|" in " ".join(err.split())
+    recorded = json.loads((export / "bootstrap.json").read_text())["model_fingerprint"]
+    assert f"model fingerprint {recorded}" in err and recorded == model_fingerprint(export)
+    # a recorded fingerprint is a reference too: the cached model matches its own and not another
+    code, _, err = _bootstrap_cli(tmp_path, capsys, f"compare_to={recorded}")
+    assert code == 0 and f"the recorded fingerprint {recorded}: bit for bit identical" in " ".join(err.split())
+    other = ("0" if recorded[0] != "0" else "1") + recorded[1:]
+    code, _, err = _bootstrap_cli(tmp_path, capsys, f"compare_to={other}")
+    assert code == 0 and f"the recorded fingerprint {other}: different" in " ".join(err.split())
 
 
 def test_a_pipeline_whose_bootstrap_pauses_exits_with_the_pause_code(tmp_path, capsys):

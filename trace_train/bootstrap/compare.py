@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,26 @@ def made_from(model_dir: str | Path) -> str | None:
 
 def _tokenizer(model_dir: Path) -> object:
     return json.loads((model_dir / "tokenizer.json").read_text())
+
+
+FINGERPRINT_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over a saved policy's tensors (name, dtype, shape, bytes, in name order) and its tokenizer (canonical
+    JSON): equal exactly when :func:`compare_models` finds the two identical, and independent of the file layout, so
+    a remade model can be checked against a recorded fingerprint without keeping the original."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no model.safetensors in {model_dir}")
+    digest = hashlib.sha256()
+    weights = load_file(model_dir / "model.safetensors")
+    for name in sorted(weights):
+        tensor = weights[name].contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    digest.update(json.dumps(_tokenizer(model_dir), sort_keys=True).encode())
+    return digest.hexdigest()
 
 
 def compare_models(a: str | Path, b: str | Path) -> ModelComparison:

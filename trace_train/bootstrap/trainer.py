@@ -6,7 +6,7 @@ Layout of a bootstrap directory (``<cache>/<config hash>/``)::
     checkpoint.pt         model + optimizer + RNG + step (atomic; the resume point)
     metrics.jsonl         one line per logged step
     model/                the final policy in Hugging Face format (model + tokenizer)
-    bootstrap.json        config, its hash, final probe metrics, wall time
+    bootstrap.json        config, its hash, final probe metrics, wall time, the model's fingerprint
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from transformers import AutoTokenizer
 
 from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
+from trace_train.bootstrap.compare import model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import Example, batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.decisions import DecisionHead, decision_index
@@ -234,7 +235,8 @@ class Bootstrapper:
         summary = {"config": json.loads(json.dumps(asdict(cfg))), "config_hash": self.config_hash,
                    "wall_s": time.perf_counter() - started,
                    "final_loss_ema": ema, "probe": probe,
-                   "parameters": sum(p.numel() for p in model.parameters())}
+                   "parameters": sum(p.numel() for p in model.parameters()),
+                   "model_fingerprint": model_fingerprint(self.model_dir)}
         write_json_atomic(self.dir / "bootstrap.json", summary)
         return summary
 

@@ -11,16 +11,25 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from trace_train.bootstrap.compare import made_from
+from trace_train.bootstrap.compare import FINGERPRINT_PATTERN, made_from
 from trace_train.paths import CONF_DIR, AssetNotFoundError, shipped_checkpoint
 
 logger = logging.getLogger(__name__)
 
 
+def recorded_fingerprint(compare_to: str | None) -> str | None:
+    """``compare_to`` when it is a recorded model fingerprint (64 hex digits, see
+    :func:`trace_train.bootstrap.compare.model_fingerprint`), else None."""
+    if compare_to is not None and FINGERPRINT_PATTERN.fullmatch(compare_to) and not Path(compare_to).exists():
+        return compare_to
+    return None
+
+
 def reference_model(compare_to: str | None, config_hash: str) -> Path | None:
     """The model to compare a finished bootstrap with: ``compare_to=shipped`` is the shipped base when it was made
-    from this very config (same hash), otherwise none; any other value is a model directory; null is none."""
-    if compare_to is None:
+    from this very config (same hash), otherwise none; a recorded fingerprint or null is none; any other value is a
+    model directory."""
+    if compare_to is None or recorded_fingerprint(compare_to):
         return None
     if compare_to != "shipped":
         path = Path(compare_to).expanduser()
@@ -40,7 +49,7 @@ def reference_model(compare_to: str | None, config_hash: str) -> Path | None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="bootstrap", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from trace_train.bootstrap.compare import compare_models
+    from trace_train.bootstrap.compare import compare_models, model_fingerprint
     from trace_train.bootstrap.config import BootstrapConfig
     from trace_train.bootstrap.trainer import BootstrapPaused, Bootstrapper
     from trace_train.commands._validate import check_groups, fail, paused
@@ -62,12 +71,22 @@ def main(cfg: DictConfig) -> None:
     except BootstrapPaused as exc:
         paused("bootstrap", str(exc))
     logger.info("bootstrap %s: %s", runner.config_hash, json.dumps(summary["probe"]))
+    fingerprint = model_fingerprint(runner.model_dir)
+    console = Console(stderr=True)
+
+    def say(line: str, ok: bool | None = None) -> None:  # one line, whatever the terminal width
+        logger.info("bootstrap %s: %s", runner.config_hash, line)
+        console.print(line, style={True: "green", False: "yellow", None: None}[ok], markup=False, highlight=False,
+                      soft_wrap=True)
+
+    say(f"model fingerprint {fingerprint}")
     if reference is not None:
         comparison = compare_models(runner.model_dir, reference)
-        logger.info("bootstrap %s against %s: %s", runner.config_hash, reference, comparison.summary())
-        Console(stderr=True).print(f"compared with {reference}: {comparison.summary()}",
-                                   style="green" if comparison.identical else "yellow", markup=False,
-                                   highlight=False, soft_wrap=True)  # one line, whatever the terminal width
+        say(f"compared with {reference}: {comparison.summary()}", comparison.identical)
+    expected = recorded_fingerprint(cfg.compare_to)
+    if expected is not None:
+        say(f"compared with the recorded fingerprint {expected}: "
+            + ("bit for bit identical" if fingerprint == expected else "different"), fingerprint == expected)
     if cfg.export_to:
         export(runner.model_dir, summary, Path(cfg.export_to))
 
