@@ -5,6 +5,7 @@ import json
 import yaml
 
 from trace_envs.retail_sim import atomic_vocabulary
+from trace_train.bootstrap.compare import model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.model import atomic_token_ids, load_policy
 from trace_train.model.chat_template import chat_template
@@ -47,3 +48,9 @@ def test_the_shipped_base_records_linear_probes_that_read_every_decision():
     assert set(probes) == {"precondition", "multi_step", "structured", "precision"}
     for decision, p in probes.items():  # issue #18: each decision read at >= 0.8 held-out
         assert p["points"] >= 50 and p["balanced_accuracy"] >= 0.8, (decision, p)
+
+
+def test_the_shipped_base_records_its_own_fingerprint():
+    # the fingerprint a remake is checked against (`trace-rl bootstrap compare_to=<fingerprint>`) is the shipped model's
+    meta = json.loads((SHIPPED / "bootstrap.json").read_text())
+    assert meta["model_fingerprint"] == model_fingerprint(SHIPPED)
