@@ -71,7 +71,7 @@ def main(cfg: DictConfig) -> None:
     except BootstrapPaused as exc:
         paused("bootstrap", str(exc))
     logger.info("bootstrap %s: %s", runner.config_hash, json.dumps(summary["probe"]))
-    fingerprint = model_fingerprint(runner.model_dir)
+    fingerprint = summary.get("model_fingerprint") or model_fingerprint(runner.model_dir)  # older caches lack it
     console = Console(stderr=True)
 
     def say(line: str, ok: bool | None = None) -> None:  # one line, whatever the terminal width
