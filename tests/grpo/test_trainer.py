@@ -133,6 +133,39 @@ def test_format_penalty_and_kl_and_sft_mode(tmp_path):
     assert m["trained_samples"] == round(m["success_rate"] * 8) and m["nll"] > 0
 
 
+def test_sft_warmup_updates_by_sft_first_then_by_grpo(tmp_path):
+    """The first sft_warmup_iterations are SFT-mode iterations exactly (same adapter as an SFT run), then GRPO."""
+    warm, _ = make_trainer(tmp_path / "warm", small_config(iterations=3, sft_warmup_iterations=2, checkpoint_every=1),
+                           success_at=0.15)
+    sft, _ = make_trainer(tmp_path / "sft", small_config(iterations=2, mode="sft", checkpoint_every=1),
+                          success_at=0.15)
+    history = [warm.run_iteration(0), warm.run_iteration(1)]
+    sft.train()
+    after_sft = {k: v.clone() for k, v in adapter_state_dict(warm.model, "cap").items()}
+    want = adapter_state_dict(sft.model, "cap")
+    assert all(torch.equal(after_sft[k], want[k]) for k in want)
+    assert any("lora_B" in k and want[k].abs().sum() > 0 for k in want)  # the SFT iterations moved the adapter
+    history.append(warm.run_iteration(2))
+    assert [h["sft_update"] for h in history] == [1.0, 1.0, 0.0]
+    assert all("nll" in h and "clip_fraction" not in h for h in history[:2])
+    assert "clip_fraction" in history[2] and "nll" not in history[2]
+    assert history[0]["trained_samples"] == round(history[0]["success_rate"] * 8)  # successes only while SFT
+    moved = adapter_state_dict(warm.model, "cap")
+    assert any(not torch.equal(moved[k], after_sft[k]) for k in moved)
+
+
+def test_sft_warmup_is_left_out_of_stage_hashes_at_its_default():
+    """Run directories made before the warm-up existed keep their stage hashes; setting it changes them."""
+    plain = GRPOConfig()
+    assert plain.hash_part() == {k: v for k, v in plain.to_dict().items() if k != "sft_warmup_iterations"}
+    assert plain.mode_at(0) == "grpo" and GRPOConfig(mode="sft").mode_at(5) == "sft"
+    warm = GRPOConfig(sft_warmup_iterations=3)
+    assert warm.hash_part()["sft_warmup_iterations"] == 3
+    assert [warm.mode_at(i) for i in range(5)] == ["sft", "sft", "sft", "grpo", "grpo"]
+    with pytest.raises(ValueError, match="sft_warmup_iterations must be >= 0"):
+        GRPOConfig(sft_warmup_iterations=-1).validate()
+
+
 def test_multi_env_mixture_one_adapter(tmp_path):
     import gymnasium as gym
     from grpo_toy import TargetTokenEnv

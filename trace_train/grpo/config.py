@@ -43,6 +43,9 @@ class GRPOConfig:
     seed: int = 0  # run seed: env seeds, sampler seeds, env mixture, shuffling, LoRA init
     threads: int = 1  # torch intra-op threads (0 leaves torch's default)
     mode: str = "grpo"  # grpo | sft (cross-entropy on successful records only)
+    # grpo mode: the first N iterations update by cross-entropy on their successful rollouts (hinted ones under
+    # the unhinted prompt), then GRPO — a warm start outside the paper's recipe (it trains GRPO from the base)
+    sft_warmup_iterations: int = 0
     hint_fraction: float = 0.0  # share of each group that plays with the env's hint (paper §3.5: 0.25-0.5)
     tensorboard: bool = True  # also log to TensorBoard when torch.utils.tensorboard imports
     trackers: list[str] = field(default_factory=list)  # experiment trackers: wandb and/or trackio (installed)
@@ -62,6 +65,19 @@ class GRPOConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def hash_part(self) -> dict[str, Any]:
+        """``to_dict()`` as run-directory stage hashes see it: keys added after runs existed are left out while
+        they hold their default, so those runs keep their hashes (and their trained stages)."""
+        part = self.to_dict()
+        for key, default in _ADDED_LATER.items():
+            if part[key] == default:
+                part.pop(key)
+        return part
+
+    def mode_at(self, iteration: int) -> str:
+        """How iteration ``iteration`` (0-based) updates: ``sft`` in SFT mode and during the SFT warm-up."""
+        return "sft" if self.mode == "sft" or iteration < self.sft_warmup_iterations else "grpo"
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a clear message on any inconsistent value."""
@@ -109,6 +125,8 @@ class GRPOConfig:
             errors.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.threads < 0:
             errors.append(f"threads must be >= 0, got {self.threads}")
+        if self.sft_warmup_iterations < 0:
+            errors.append(f"sft_warmup_iterations must be >= 0, got {self.sft_warmup_iterations}")
         from trace_train.grpo.metrics import check_trackers
 
         try:
@@ -117,6 +135,10 @@ class GRPOConfig:
             errors.append(str(exc))
         if errors:
             raise ValueError("invalid GRPO config:\n  - " + "\n  - ".join(errors))
+
+
+# GRPOConfig keys added after run directories existed, with the default that leaves them out of stage hashes
+_ADDED_LATER: dict[str, Any] = {"sft_warmup_iterations": 0}
 
 
 def normalize_envs(env: str | Mapping[str, float]) -> dict[str, float]:

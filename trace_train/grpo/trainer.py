@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -209,6 +209,7 @@ class GRPOTrainer:
     def run_iteration(self, iteration: int) -> dict[str, Any]:
         """One full GRPO iteration; returns its metrics (identical on every rank)."""
         cfg, G = self.cfg, self.cfg.group_size
+        mode = cfg.mode_at(iteration)
         t0 = time.perf_counter()
         plan = plan_iteration(cfg.seed, iteration, cfg.groups_per_iter, G, self.envs, cfg.hint_fraction)
         local = plan[dist.rank() :: dist.world_size()]
@@ -229,7 +230,7 @@ class GRPOTrainer:
         for i, g in enumerate(local):
             for m, rec in enumerate(records[i * G : (i + 1) * G]):
                 flat = g.group * G + m
-                if cfg.mode == "sft":
+                if mode == "sft":
                     keep, value = bool(rec.success), 0.0
                 else:
                     keep, value = bool(adv.keep[flat]), float(adv.values[flat])
@@ -243,7 +244,7 @@ class GRPOTrainer:
         env_s = self._backend_env_seconds()
         old_lps = ref_lps = None
         hint_shift = None
-        if cfg.mode == "grpo" and samples:
+        if mode == "grpo" and samples:
             one_step = cfg.ppo_epochs * cfg.mini_batches == 1
             if cfg.old_logprobs == "sampler" or not one_step:
                 self.model.eval()
@@ -262,8 +263,9 @@ class GRPOTrainer:
                     ref_lps = sequence_logprobs(self.model, samples, cfg.micro_batch_size, cfg.temperature, self.pad_id,
                                                 cfg.packing)
         t2 = time.perf_counter()
+        step_cfg = cfg if mode == cfg.mode else replace(cfg, mode=mode)
         update = optimize(
-            self.model, self.optimizer, self.params, samples, cfg, iteration, old_lps, ref_lps, self.pad_id
+            self.model, self.optimizer, self.params, samples, step_cfg, iteration, old_lps, ref_lps, self.pad_id
         )
         t_update = time.perf_counter() - t1
         t_step = time.perf_counter() - t2
@@ -307,6 +309,8 @@ class GRPOTrainer:
             "env_groups": {e: sum(p["env_ids"].count(e) for p in parts) for e in self.envs},
             **update,
         }
+        if cfg.sft_warmup_iterations > 0:
+            metrics["sft_update"] = float(mode == "sft")
         if cfg.hint_fraction > 0:
             metrics.update(_hint_split(total))
             metrics["hint_logprob_shift"] = _mean_over_ranks(hint_shift)

@@ -88,7 +88,7 @@ class Pipeline:
             logger.warning("synthesis emitted no env to train for %s (none passed the calibration gate, or no family "
                            "or generator builds it): no adapter and no composed model; the baselines still run",
                            to_synthesize)
-        h_train = content_hash(h_syn, self.grpo_cfg.to_dict(), asdict(cfg.train), policy_hash_part(cfg))
+        h_train = content_hash(h_syn, self.grpo_cfg.hash_part(), asdict(cfg.train), policy_hash_part(cfg))
         own = self.train_run(model, envs, h_train)
         trained, composed, baselines = own.trained, own.composed, own.baselines
         trace_rollouts = sum(t["rollouts"] for t in trained.values()) + (composed or {}).get("gate_rollouts", 0)
