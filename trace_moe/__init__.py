@@ -7,10 +7,14 @@ Public API::
     train_gates(composed, examples, GateTrainConfig.paper())
     print(routing_report(composed, held_out))
     composed.save(out_dir); ComposedModel.load(out_dir)
+
+``GateConfig(scope="episode")`` with :func:`train_episode_router` routes a whole episode from its first user
+message instead (:mod:`trace_moe.episode_router`).
 """
 
 from trace_moe.adapters import LoraAdapter, check_compatible, hash_adapter_dir, load_adapter, load_adapters
 from trace_moe.composed import ComposedModel, find_decoder_blocks
+from trace_moe.episode_router import EpisodeRouter, EpisodeRouterConfig, train_episode_router
 from trace_moe.examples import GateExample, example_from_record, read_examples
 from trace_moe.gate_training import GateTrainConfig, GateTrainMetrics, load_balancing_loss, train_gates
 from trace_moe.gated_lora import (
@@ -30,6 +34,8 @@ __all__ = [
     "BlockGate",
     "CapabilityLabel",
     "ComposedModel",
+    "EpisodeRouter",
+    "EpisodeRouterConfig",
     "GateConfig",
     "GateCount",
     "GateExample",
@@ -57,5 +63,6 @@ __all__ = [
     "routing_report",
     "routing_targets",
     "static_merge",
+    "train_episode_router",
     "train_gates",
 ]

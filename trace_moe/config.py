@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from trace_envs.config_builder import build
+from trace_moe.episode_router import EpisodeRouterConfig
 from trace_moe.gate_training import GateTrainConfig
 from trace_moe.gated_lora import GateConfig
 
@@ -96,14 +97,31 @@ class RoutingTargetsConfig:
 
 @dataclass
 class MoEConfig:
-    """``gate``: routing of the composed model (top-k, init, base bias); ``train``: the gate optimisation
-    (``train.method`` picks supervised, routing targets or gate-only GRPO); ``grpo``: the settings of gate-only
-    GRPO; ``routing``: those of the routing targets."""
+    """``gate``: routing of the composed model (top-k, init, base bias, token or episode scope); ``train``: the gate
+    optimisation (``train.method`` picks supervised, routing targets or gate-only GRPO); ``grpo``: the settings of
+    gate-only GRPO; ``routing``: those of the routing targets; ``episode_router``: the router of
+    ``gate.scope: episode``."""
 
     gate: GateConfig = field(default_factory=GateConfig)
     train: GateTrainConfig = field(default_factory=GateTrainConfig)
     grpo: GateGRPOConfig = field(default_factory=GateGRPOConfig)
     routing: RoutingTargetsConfig = field(default_factory=RoutingTargetsConfig)
+    episode_router: EpisodeRouterConfig = field(default_factory=EpisodeRouterConfig)
+
+    def __post_init__(self) -> None:
+        if self.gate.scope == "episode" and self.train.method != "supervised":
+            raise ValueError(f"moe.gate.scope=episode trains its router on the capability envs' successes "
+                             f"(moe.train.method=supervised), not {self.train.method!r}")
+
+    def hash_part(self) -> dict[str, Any]:
+        """``asdict`` as run-directory stage hashes see it: keys added after runs existed are left out while they
+        hold their default, so those runs keep their composed stages."""
+        part = asdict(self)
+        if self.gate.scope == "token":
+            part["gate"].pop("scope")
+        if self.episode_router == EpisodeRouterConfig():
+            part.pop("episode_router")
+        return part
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "moe") -> MoEConfig:

@@ -30,16 +30,24 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GateConfig:
-    """How the gates route. ``init='base_bias'`` starts every token on the base slot (paper: 5.0)."""
+    """How the gates route. ``init='base_bias'`` starts every token on the base slot (paper: 5.0).
+
+    ``scope='token'``: the per-block token-level gates below decide (the paper's cap_gate). ``scope='episode'``:
+    one learned router reads the episode's opening request and its top-1 slot plays every token of the episode
+    (the paper's ``moe_gate`` ``routing_scope: global``; :mod:`trace_moe.episode_router`); the block gates are then
+    not trained and only run when a caller forces a slot."""
 
     top_k: int = 1
     init: Literal["base_bias", "zero"] = "base_bias"
     base_bias: float = 5.0
     weighting: Literal["probability", "selection"] = "probability"
+    scope: Literal["token", "episode"] = "token"
 
     def __post_init__(self) -> None:
         if self.weighting not in ("probability", "selection"):
             raise ValueError(f"gate weighting must be 'probability' or 'selection', got {self.weighting!r}")
+        if self.scope not in ("token", "episode"):
+            raise ValueError(f"gate scope must be 'token' or 'episode', got {self.scope!r}")
 
 
 class RoutingControl:

@@ -1,10 +1,12 @@
 """Which slot the gates pick on each generated token of recorded trajectories, and per capability.
 
 A teacher-forced forward of the composed model over a record's own ``token_ids`` (never re-tokenized text)
-makes every block's gate decide for every position. The decision that *produced* generated token ``t`` is
-the one taken at input position ``t - 1``; the token's slot is the top-1 slot most blocks chose there
-(ties: the larger summed routing weight, then the lower slot). The per-capability table pools the
-generated tokens of every task that needs a capability (a task needing two counts for both).
+makes every block's gate decide for every position (a composition with ``scope: episode`` routed the whole
+episode to the slot its rollout recorded in ``info["route"]``, so every token carries that slot). The decision
+that *produced* generated token ``t`` is the one taken at input position ``t - 1``; the token's slot is the
+top-1 slot most blocks chose there (ties: the larger summed routing weight, then the lower slot). The per-
+capability table pools the generated tokens of every task that needs a capability (a task needing two counts
+for both).
 """
 
 from __future__ import annotations
@@ -91,7 +93,14 @@ def route_record(composed: ComposedModel, record: TrajectoryRecord, max_len: int
     device = next(composed.gates.parameters()).device
     layer_slots: list[list[int]] = []
     slots: list[int] = []
-    if positions:
+    if composed.gate_config.scope == "episode":  # one learned route per episode, recorded by the rollout
+        route = (record.info or {}).get("route")
+        if not isinstance(route, dict) or "slot" not in route:
+            raise ValueError(f"record {record.episode_id!r} has no info['route']: it was not played by the "
+                             f"episode-routed composition")
+        slots = [int(route["slot"])] * len(positions)
+        layer_slots = [list(slots) for _ in composed.gates]
+    elif positions:
         inp = torch.tensor([ids], dtype=torch.long, device=device)
         composed(input_ids=inp, attention_mask=torch.ones_like(inp), use_cache=False)
         prev = torch.tensor([t - 1 for t in positions], device=device)

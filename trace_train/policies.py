@@ -122,7 +122,14 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
     adapter = None
     if spec.kind == "composed":
         from trace_moe import ComposedModel
+        from trace_moe.episode_router import composition_scope
 
+        if composition_scope(spec.adapter) == "episode":  # moe.gate.scope=episode: one learned route per episode
+            from trace_train.rollout.task_routed import build_episode_routed
+
+            return build_episode_routed(spec.adapter, model, tokenizer, threads=spec.threads, max_batch=spec.max_batch,
+                                        policy_name=spec.name, render_tools=spec.render_tools,
+                                        system_suffix=spec.system_suffix), None
         model = ComposedModel.load(spec.adapter, model=model).model  # gated projections installed in place
     elif spec.adapter:
         from trace_train.grpo.lora import load_adapter

@@ -63,3 +63,16 @@ def test_compose_command_trains_on_every_token_and_saves_the_weighting(tiny, tmp
     held = metrics["num_held_out"]
     assert metrics["routing"]["num_tokens"] == held * len(examples[0].input_ids)  # prompt tokens are labelled too
     assert ComposedModel.load(out).gate_config.weighting == "selection"
+
+
+def test_compose_command_refuses_the_episode_scope_before_loading_a_model(tiny, tmp_path):
+    base_path, adapter_paths = tiny
+    data = write_jsonl_atomic(tmp_path / "data.jsonl", [{"env_id": "x", "seed": 0, "success": True, "token_ids": [1, 2],
+                                                         "loss_mask": [0, 1], "info": {"capability": "cap0"}}])
+    cmd = [sys.executable, "-c", "from trace_train.cli import main; main()", "compose",
+           f"base={base_path}", f"adapters=[{adapter_paths[0]}]", f"data={data}",
+           f"out={tmp_path / 'composed'}", "moe.gate.scope=episode", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert "trace-rl pipeline moe.gate.scope=episode" in proc.stderr + proc.stdout
+    assert not (tmp_path / "composed").exists()

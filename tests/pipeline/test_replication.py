@@ -16,7 +16,8 @@ REPLICATION = [
     "pipeline.baselines=[grpo_target,grpo_target_4x,mixture,sft,prompted]",
     "pipeline.replication.extra_seeds=[1]", "pipeline.replication.top_k=[2]", "pipeline.replication.scale=[1,2]",
     "pipeline.replication.trace_curve=true", "pipeline.replication.task_router=true",
-    "pipeline.replication.gate_grpo=[target]", "pipeline.report.routing_sample=0",
+    "pipeline.replication.gate_grpo=[target]", "pipeline.replication.episode_router=true",
+    "pipeline.report.routing_sample=0",
     # 8 episodes per adapter: the shipped base succeeds on some, so every composition has gate data
     "grpo.groups_per_iter=2", "grpo.group_size=4",
     "moe.grpo.iterations=1", "moe.grpo.groups_per_iter=2", "moe.grpo.group_size=2", "moe.grpo.max_new_tokens=24",
@@ -60,7 +61,8 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
         "replication/eval/prompted, 1 descriptions", "replication/eval/task-level router",
         "replication/eval/task-level router@s1", "replication/compose/gates_grpo_target",
         "replication/compose/gates_grpo_target@s1", "replication/eval/TRACE (gates refined by GRPO on the target)@s1",
-        "replication/tables"]
+        "replication/compose/episode_router", "replication/compose/episode_router@s1",
+        "replication/eval/TRACE (episode router)@s1", "replication/tables"]
     for name in expected:
         assert stages.get(name, {}).get("status") == "done", (name, sorted(stages))
     # the 4x baseline trains four times TRACE's budget (2 adapters x 1 iteration x 2 groups x 4); the 1x row is
@@ -78,7 +80,7 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
     assert tables["seeds"] == [0, 1]
     main = tables["main"]
     for name in ("TRACE (composed)", "grpo_target", "grpo_target_4x", "mixture", "sft", "task-level router",
-                 "TRACE (gates refined by GRPO on the target)", *caps):
+                 "TRACE (gates refined by GRPO on the target)", "TRACE (episode router)", *caps):
         assert main[name]["n_seeds"] == 2, name
     assert main["base"]["n_seeds"] == 1 and main["prompted"]["n_seeds"] == 1
     assert main["TRACE (composed)"]["rollouts"] == 16 and main["grpo_target_4x"]["rollouts"] == 64
@@ -88,7 +90,11 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
     assert [p["rollouts"] for p in tables["efficiency"]["TRACE"]] == [16]
     assert [p["rollouts"] for p in tables["efficiency"]["grpo_target_4x"]] == list(range(8, 65, 8))
     assert "grpo_target" not in tables["efficiency"]  # its points are the 4x run's first two
-    assert len(tables["goals"]) == 4 and all(g["met"] in (True, False) for g in tables["goals"])
+    assert len(tables["goals"]) == 8 and all(g["met"] in (True, False) for g in tables["goals"])
+    assert tables["goals"][4]["goal"].startswith("TRACE (episode router): ")
+    # the episode router routes each episode once, to an adapter (it never saw a base-labelled example)
+    episode_routed = run_dir / "replication/eval/TRACE (episode router)/trajectories_TRACE (episode router).jsonl"
+    assert all(json.loads(line)["info"]["route"]["label"] in caps for line in episode_routed.read_text().splitlines())
     # the task-level router routes each episode once, from the analysis' descriptions of the adapters
     routed = run_dir / "replication/eval/task-level router/trajectories_task-level router.jsonl"
     routes = [json.loads(line)["info"]["route"] for line in routed.read_text().splitlines()]

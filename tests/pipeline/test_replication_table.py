@@ -62,6 +62,22 @@ def test_goals_not_met_and_not_measured():
     assert last["met"] is False
 
 
+def test_the_episode_router_row_gets_its_own_goal_lines_after_traces():
+    rows = _rows({"base": [0.2]}, seeded=False) + _rows({
+        TRACE: [0.25, 0.26], "TRACE (episode router)": [0.40, 0.41], "structured_data_reasoning": [0.3, 0.3],
+        "mixture": [0.3, 0.31], "sft": [0.33, 0.32]})
+    tables = build_tables(rows, {}, {"TRACE": 100}, seeds=[0, 1], n_adapters=1)
+    assert list(tables["main"])[-2:] == [TRACE, "TRACE (episode router)"]
+    names = [g["goal"] for g in tables["goals"]]
+    assert names[:4] == ["TRACE >= base + 0.15", "TRACE > the best single adapter",
+                         "TRACE > the mixture adapter and > SFT",
+                         "TRACE reaches GRPO-on-target's final score with <= 1/4 of its rollouts"]
+    assert names[4:] == [f"TRACE (episode router): {n}" for n in names[:4]]
+    verdicts = [g["met"] for g in tables["goals"]]
+    assert verdicts[:3] == [False, False, False] and verdicts[4:7] == [True, True, True]
+    assert "0.405" in tables["goals"][4]["detail"]  # the episode router's own mean, not TRACE's
+
+
 def test_routing_and_scale_tables_include_trace_itself():
     rows = (_rows({TRACE: [0.4, 0.5]}) + _rows({"top-2": [0.38, 0.44], "top-4": [0.3, 0.36]}, table="routing")
             + _rows({"TRACE, 1 adapters": [0.3, 0.32]}, table="scale")
@@ -83,6 +99,10 @@ def test_headline_needs_the_margin_and_separated_intervals():
     overlapping = headline({"base": base, TRACE: _result(0.31, low=0.22, high=0.40)})
     assert overlapping.startswith("Not met:") and "overlapping" in overlapping
     assert headline({"base": base, TRACE: _result(0.25, low=0.24, high=0.26)}).startswith("Not met:")
+    # 144 vs 94 successes of 500: exactly +0.10 (0.188 + 0.1 is 0.28800000000000003 in floating point)
+    exact = headline({"base": _result(94 / 500, n=500), TRACE: _result(144 / 500, n=500)})
+    assert exact.startswith("Met:") and "+0.100" in exact
+    assert headline({"base": _result(94 / 500, n=500), TRACE: _result(143 / 500, n=500)}).startswith("Not met:")
     assert headline({"base": base}).startswith("Not measured: this run has no composed (TRACE) model")
     assert headline({TRACE: base}) is None
 

@@ -71,3 +71,13 @@ def test_routing_section_notes_a_missing_or_broken_trace(copy_run: Path):
     (copy_run / "routing" / "routing_trace.json").write_text("{broken")
     routing = section_html(build_report(copy_run).read_text(), "routing")
     assert "could not read" in routing and "JSONDecodeError" in routing
+
+
+def test_an_episode_router_composition_reports_episodes_not_tokens(copy_run: Path):
+    report = {"scope": "episode", "slot_names": SLOTS, "episodes": 20, "episode_accuracy": 0.85,
+              "load": [0.0, 0.55, 0.45], "confusion": [[0, 0, 0], [0, 10, 1], [0, 2, 7]]}
+    write_json_atomic(copy_run / "compose" / "routing_report.json", report)
+    routing = section_html(build_report(copy_run).read_text(), "routing")
+    assert "episode router" in routing and "held-out episode accuracy <b>0.850</b> over 20" in routing
+    assert "load (fraction of episodes)" in routing and "token accuracy" not in routing
+    assert re.search(r"multi_step_task_completion</td><td>0</td><td>2</td><td>7</td>", routing)  # a confusion row

@@ -98,6 +98,10 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     gate_cfg, train_cfg = moe.gate, moe.train
     if gate_cfg.top_k < 1:
         raise ConfigError(f"moe.gate.top_k must be >= 1, got {gate_cfg.top_k}")
+    if gate_cfg.scope != "token":
+        raise ConfigError("moe.gate.scope=episode: trace-rl compose trains token-level gates; the episode router is "
+                          "fitted by `trace-rl pipeline moe.gate.scope=episode` (or trace_moe.episode_router."
+                          "train_episode_router on your own requests)")
     if train_cfg.method != "supervised":
         raise ConfigError(f"moe.train.method={train_cfg.method}: trace-rl compose trains supervised gates on the "
                           "given examples; routing targets and gate-only GRPO run in `trace-rl pipeline` (they play "

@@ -118,6 +118,10 @@ class ChatRenderer:
                                   lambda: self.encode(self.text(messages, tools, gen=True)))
         return self.encode(self.text(messages, tools, gen=True))
 
+    def request_ids(self, text: str) -> list[int]:
+        """A request rendered alone as one user turn (plus the generation prompt): what an episode router reads."""
+        return self.prompt_ids([{"role": "user", "content": text}], None)
+
     def observation_delta_text(
         self, history: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]], tools: Sequence[dict] | None
     ) -> str:

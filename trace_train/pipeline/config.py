@@ -74,7 +74,9 @@ class ReplicationStageConfig:
     ``top_k``: the routing ablation (gates trained and run top-k). ``scale``: TRACE over the analysis' first k
     adapters beside the prompted base with the same k descriptions. ``task_router``: the task-level router over the
     adapters. ``gate_grpo``: gates trained by gate-only GRPO on the ``target`` and/or the capability envs'
-    ``mixture``. ``trace_curve``: TRACE composed from each adapter checkpoint (its sample-efficiency curve)."""
+    ``mixture``. ``trace_curve``: TRACE composed from each adapter checkpoint (its sample-efficiency curve).
+    ``episode_router``: the adapters composed under the learned episode-level router (``moe.gate.scope=episode``)
+    beside the token-level gates."""
 
     extra_seeds: list[int] = field(default_factory=list)
     top_k: list[int] = field(default_factory=list)
@@ -82,11 +84,12 @@ class ReplicationStageConfig:
     task_router: bool = False
     gate_grpo: list[str] = field(default_factory=list)
     trace_curve: bool = False
+    episode_router: bool = False
 
     @property
     def enabled(self) -> bool:
         return (bool(self.extra_seeds) or bool(self.top_k or self.scale or self.gate_grpo) or self.task_router
-                or self.trace_curve)
+                or self.trace_curve or self.episode_router)
 
 
 @dataclass

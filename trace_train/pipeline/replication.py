@@ -138,6 +138,12 @@ class Replication:
                                                                           gate_env=self.p.gate_env(self.envs,
                                                                                                    m.train.method)),
                                     ("gate_grpo", where)))
+        if self.rep.episode_router and moe.gate.scope != "episode":
+            routed = replace(moe, gate=replace(moe.gate, scope="episode"),
+                             train=replace(moe.train, method="supervised"))
+            variants.append(Variant(f"replication/compose/episode_router{tag}", "main", "TRACE (episode router)", seed,
+                                    lambda d, m=routed: compose_adapters(cfg, self.model, trained, d, m),
+                                    ("episode_router", True)))
         return variants
 
     def _variant_rows(self, run: TrainedRun) -> list[PolicyRow]:
@@ -145,7 +151,7 @@ class Replication:
         h = content_hash(self.h_train, "seed", run.seed)
         for v in self._variants(run):
             out = self.runner.run(v.stage, content_hash(h, sorted(run.trained), *v.hash_parts,
-                                                        asdict(self.cfg.compose), asdict(self.p.moe_cfg)), v.build)
+                                                        asdict(self.cfg.compose), self.p.moe_cfg.hash_part()), v.build)
             if out.get("skipped"):
                 logger.warning("%s skipped: %s", v.stage, out["skipped"])
                 continue
@@ -224,7 +230,7 @@ class Replication:
                 continue
             stage = f"replication/compose/at{it:04d}"
             out = self.runner.run(stage, content_hash(self.h_train, stage, asdict(cfg.compose),
-                                                      asdict(self.p.moe_cfg)),
+                                                      self.p.moe_cfg.hash_part()),
                                   lambda d, at=at, it=it: compose_adapters(
                                       cfg, self.model, at, d, self.p.moe_cfg, before_iteration=it,
                                       gate_env=self.p.gate_env(self.envs, self.p.moe_cfg.train.method)))

@@ -129,7 +129,7 @@ class Pipeline:
         composed = None
         if cfg.compose.enabled and trained:
             composed = r.run(f"compose{tag}", content_hash(h, sorted(trained), asdict(cfg.compose),
-                                                           asdict(self.moe_cfg)),
+                                                           self.moe_cfg.hash_part()),
                              lambda d: compose_adapters(cfg, model, trained, d, self.moe_cfg,
                                                         gate_env=self.gate_env(envs, self.moe_cfg.train.method)))
             if composed.get("skipped"):

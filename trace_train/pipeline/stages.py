@@ -169,13 +169,10 @@ def checkpoint_of(run: dict[str, Any], iterations: int) -> dict[str, Any]:
             "checkpoint_of": run["adapter_dir"]}
 
 
-def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
-                  before_iteration: int | None = None):
-    """Successful capability-env rollouts (with token ids) from the GRPO runs, labelled with their slot, newest
-    first; ``before_iteration``: only those played before that many iterations (a checkpoint's own data)."""
-    from trace_moe import GateExample
-
-    examples = []
+def _successful_records(train_outputs: dict[str, dict[str, Any]], max_per_capability: int,
+                        before_iteration: int | None = None):
+    """``(capability, record)`` of the GRPO runs' successful rollouts with token ids, newest first, at most
+    ``max_per_capability`` each (``before_iteration``: only those played before that many iterations)."""
     for capability, out in train_outputs.items():
         files = sorted((Path(out["adapter_dir"]).parents[2] / "rollouts").glob("iter_*.jsonl"), reverse=True)
         if before_iteration is not None:
@@ -186,11 +183,28 @@ def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str
                 if taken >= max_per_capability:
                     break
                 if record.success and record.token_ids and record.loss_mask:
-                    examples.append(GateExample(record.token_ids, record.loss_mask,
-                                                slot_names.index(capability), record.episode_id))
+                    yield capability, record
                     taken += 1
         logger.info("gate data: %d successful episodes for %s", taken, capability)
-    return examples
+
+
+def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
+                  before_iteration: int | None = None):
+    """Successful capability-env rollouts (with token ids) from the GRPO runs, labelled with their slot, newest
+    first; ``before_iteration``: only those played before that many iterations (a checkpoint's own data)."""
+    from trace_moe import GateExample
+
+    return [GateExample(record.token_ids, record.loss_mask, slot_names.index(capability), record.episode_id)
+            for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
+
+
+def router_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
+                    before_iteration: int | None = None) -> list[tuple[str, int]]:
+    """``(first user message, slot)`` of the same successful rollouts: the episode router's data."""
+    from trace_moe.routers import first_user_message
+
+    return [(first_user_message(record.messages), slot_names.index(capability))
+            for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
 
 
 def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
@@ -211,6 +225,8 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     from trace_moe.token_labels import label_examples
 
     moe = moe if moe is not None else MoEConfig()
+    if moe.gate.scope == "episode":
+        return compose_episode_router(cfg, model_dir, train_outputs, out_dir, moe, before_iteration)
     if moe.train.method == "routing_targets" and gate_env is None:
         raise ValueError("moe.train.method=routing_targets needs the target env to play")
     names = list(train_outputs)
@@ -245,6 +261,43 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     write_json_atomic(out_dir / "compose_metrics.json", {"train": metrics.to_dict(), "examples": len(train),
                                                          "held_out": len(held)})
     return {**outputs, "routing_accuracy": report.to_dict().get("token_accuracy")}
+
+
+def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
+                           out_dir: Path, moe: MoEConfig, before_iteration: int | None = None) -> dict[str, Any]:
+    """``moe.gate.scope=episode``: the adapters composed under one learned router that reads each episode's first
+    user message (``trace_moe.episode_router``), fitted on the adapters' successful rollouts (a tenth of the distinct
+    requests held out for the routing summary)."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from trace_moe import ComposedModel
+    from trace_moe.episode_router import request_features, summarize_routing, train_episode_router
+    from trace_train.model.rendering import ChatRenderer
+
+    names = list(train_outputs)
+    composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
+                                             moe.gate, adapter_names=names)
+    examples = router_examples(train_outputs, ["base", *names], moe.episode_router.examples_per_capability,
+                               before_iteration)
+    if not examples:
+        return {"skipped": "no successful capability-env rollouts to train the router on"}
+    encode = ChatRenderer(AutoTokenizer.from_pretrained(model_dir)).request_ids
+    # the members of a group share their request: hold out a tenth of the distinct requests, not of the episodes
+    texts = sorted({t for t, _ in examples})
+    held_texts = {texts[i] for i in np.random.default_rng(0).permutation(len(texts))[:max(1, len(texts) // 10)]}
+    held = [e for e in examples if e[0] in held_texts]
+    train = [e for e in examples if e[0] not in held_texts] or held
+    router = train_episode_router(composed, [encode(t) for t, _ in train], [y for _, y in train], moe.episode_router)
+    summary = summarize_routing(router, request_features(composed, [encode(t) for t, _ in held], router.pool),
+                                [y for _, y in held])
+    composed.save(out_dir / "composed")
+    router.save(out_dir / "composed")
+    write_json_atomic(out_dir / "routing_report.json", {"scope": "episode", **summary.to_dict()})
+    write_json_atomic(out_dir / "compose_metrics.json", {"scope": "episode", "examples": len(train),
+                                                         "held_out": len(held)})
+    return {"composed_dir": str(out_dir / "composed"), "gate_rollouts": 0,
+            "routing_accuracy": summary.episode_accuracy}
 
 
 def refine_gates_grpo(cfg: PipelineConfig, composed: Any, model_dir: str, moe: MoEConfig,

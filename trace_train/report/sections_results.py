@@ -180,6 +180,8 @@ def routing_section(run: RunData) -> str:
         top = max(range(len(load)), key=lambda i: load[i] or 0.0) if load else None
         who = f" onto slot <b>{esc(slots[top])}</b>" if top is not None else ""
         body.append(f'<p class="note bad">Routing collapse{who}: one slot takes most tokens.</p>')
+    if r.get("scope") == "episode":
+        return _episode_routing_section(r, slots, load)
     n_slots = max(len(load), 1)
     state = badge("collapsed", "bad") if r.get("collapsed") else badge("no collapse", "ok")
     body.append(f'<p>{state} '
@@ -201,3 +203,20 @@ def routing_section(run: RunData) -> str:
         body.append(f"<details><summary>load per block</summary>{table(['block'] + slots, hrows, 'heatmap')}</details>")
     return section("routing", "Routing (composed model)", "".join(body),
                    "Top-1 routing of the trained gates on held-out examples (slot 0 = base, no adapter).")
+
+
+def _episode_routing_section(r: dict[str, Any], slots: list[str], load: list[float | None]) -> str:
+    """``moe.gate.scope=episode``: the learned router's held-out episode accuracy, load and confusion."""
+    body = [f'<p>episode router · held-out episode accuracy <b>{fmt(r.get("episode_accuracy"))}</b> over '
+            f'{esc(r.get("episodes", "?"))} capability-env episodes</p>']
+    rows = [(s, Raw(f'{value_bar(v, width=200, fill=color(i))} <span class="num">{fmt(v)}</span>'))
+            for i, (s, v) in enumerate(zip(slots, load))]
+    body.append(table(("slot", "load (fraction of episodes)"), rows, "routing"))
+    confusion = r.get("confusion")
+    if isinstance(confusion, list) and confusion:
+        rows_c = [[slots[i], *row] for i, row in enumerate(confusion)]
+        body.append("<details><summary>confusion (rows: the episode's capability, columns: the routed slot)"
+                    f"</summary>{table(['label'] + slots, rows_c, 'heatmap')}</details>")
+    return section("routing", "Routing (composed model)", "".join(body),
+                   "Top-1 slot the episode router picks from each held-out episode's first user message "
+                   "(slot 0 = base, no adapter).")

@@ -1,9 +1,11 @@
-"""``task_router`` rollout backend: route each episode once to one adapter, then play it on that adapter.
+"""Episode-routed rollouts: route each episode once to one slot, then play it on that adapter.
 
-The paper's task-level baseline over TRACE's adapters. At an episode's start the base model (the composed
-model forced to slot 0) classifies the episode's first user message with
-:class:`~trace_moe.routers.TaskLevelRouter` (top-1 over the capabilities' descriptions plus a "no adapter"
-label); every turn of that episode is then generated with the composed model forced to the chosen slot.
+Two routers use it. ``task_router`` policies: the paper's task-level baseline over TRACE's adapters -- at an
+episode's start the base model (the composed model forced to slot 0) classifies the episode's first user message
+with :class:`~trace_moe.routers.TaskLevelRouter` (top-1 over the capabilities' descriptions plus a "no adapter"
+label). ``composed`` policies whose composition was trained with ``moe.gate.scope: episode``: the learned
+:class:`~trace_moe.episode_router.EpisodeRouter` reads the same message. Every turn of that episode is then
+generated with the composed model forced to the chosen slot.
 
 Generation is :class:`~trace_train.rollout.hf.HFRolloutBackend`'s own loop. Each round, the live episodes
 are grouped by slot (in request order) and each group is advanced under ``ComposedModel.forcing(slot)``
@@ -25,6 +27,7 @@ from typing import Any
 
 from trace_envs.records import TrajectoryRecord
 from trace_moe.composed import ComposedModel
+from trace_moe.episode_router import BoundEpisodeRouter, EpisodeRouter
 from trace_moe.routers import (
     RouteDecision,
     TaskLevelRouter,
@@ -41,9 +44,10 @@ _MAX_CACHED_ROUTES = 4096
 
 
 class TaskRoutedRolloutBackend(HFRolloutBackend):
-    """A composed model played one adapter per episode, the adapter chosen by a task-level router."""
+    """A composed model played one adapter per episode, the adapter chosen by an episode-level router
+    (:class:`TaskLevelRouter` or :class:`BoundEpisodeRouter`: ``names``, ``model`` and ``route(text)``)."""
 
-    def __init__(self, composed: ComposedModel, tokenizer: Any, router: TaskLevelRouter,
+    def __init__(self, composed: ComposedModel, tokenizer: Any, router: TaskLevelRouter | BoundEpisodeRouter,
                  max_batch: int | None = None, **hf_kwargs: Any) -> None:
         if router.model is not composed:
             raise ValueError("the router must score with the composed model it routes (forced to slot 0)")
@@ -124,4 +128,14 @@ def build_task_routed(model_dir: str, composed_dir: str, descriptions: dict[str,
     composed = ComposedModel.load(composed_dir, model=model)
     router = TaskLevelRouter(composed, tokenizer, labels, label_strings=single_token_labels(tokenizer, len(labels) + 1))
     logger.info("task router over %s: %s", composed_dir, ", ".join(f"{lab.name}: {lab.description}" for lab in labels))
+    return TaskRoutedRolloutBackend(composed, tokenizer, router, **hf_kwargs)
+
+
+def build_episode_routed(composed_dir: str, model: Any, tokenizer: Any, **hf_kwargs: Any) -> TaskRoutedRolloutBackend:
+    """A composition trained with ``moe.gate.scope: episode`` on the loaded base ``model``: its learned router
+    (``episode_router.*`` beside ``compose.json``) picks each episode's slot from the first user message."""
+    from trace_train.model.rendering import ChatRenderer
+
+    composed = ComposedModel.load(composed_dir, model=model)
+    router = BoundEpisodeRouter(EpisodeRouter.load(composed_dir), composed, ChatRenderer(tokenizer).request_ids)
     return TaskRoutedRolloutBackend(composed, tokenizer, router, **hf_kwargs)
