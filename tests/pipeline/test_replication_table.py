@@ -68,6 +68,7 @@ def test_the_episode_router_row_gets_its_own_goal_lines_after_traces():
         "mixture": [0.3, 0.31], "sft": [0.33, 0.32]})
     tables = build_tables(rows, {}, {"TRACE": 100}, seeds=[0, 1], n_adapters=1)
     assert list(tables["main"])[-2:] == [TRACE, "TRACE (episode router)"]
+    assert tables["main"]["TRACE (episode router)"]["rollouts"] == 100
     names = [g["goal"] for g in tables["goals"]]
     assert names[:4] == ["TRACE >= base + 0.15", "TRACE > the best single adapter",
                          "TRACE > the mixture adapter and > SFT",

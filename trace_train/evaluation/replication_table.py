@@ -67,8 +67,9 @@ def build_tables(rows: Sequence[PolicyRow], curves: Mapping[str, Sequence[Mappin
     main = _grouped(rows, "main")
     ordered = {name: {**main[name], "label": LABELS.get(name, name), "rollouts": budgets.get(name)}
                for name in _main_order(main)}
-    if TRACE in ordered:
-        ordered[TRACE]["rollouts"] = budgets.get("TRACE")
+    for name in (TRACE, EPISODE_ROUTED):  # the same adapters: TRACE's budget (the episode router plays nothing)
+        if name in ordered:
+            ordered[name]["rollouts"] = budgets.get("TRACE")
     routing = _grouped(rows, "routing")
     if TRACE in main:
         routing = {"top-1": main[TRACE], **routing}
