@@ -74,6 +74,30 @@ def print_replication(tables: dict) -> None:
         print(f"goal, {goal['goal']}: {goal['detail']} -> {verdict}")
 
 
+def print_best_choice(run_dir: Path) -> None:
+    """The best per-episode choice among the base and the run's own adapters (the ceiling of any episode-level
+    router over them), beside the composition, from the held-out trajectories of ``eval/``."""
+    from trace_envs.records import ReadReport, iter_trajectory_rows
+    from trace_train.evaluation.combinations import combination_table
+
+    stages = json.loads((run_dir / "pipeline.json").read_text())["stages"]
+    adapters = [n.split("/", 1)[1] for n in stages if n.startswith("train/") and "@" not in n]
+    records = {}
+    for name in ["base", *adapters, TRACE]:
+        path = run_dir / "eval" / f"trajectories_{name}.jsonl"
+        if path.is_file():
+            records[name] = list(iter_trajectory_rows(path, ReadReport()))
+    choice = [n for n in ["base", *adapters] if n in records]
+    if "base" not in records or len(choice) < 2:
+        return
+    t = combination_table(records, choice)
+    multi_n, multi = t.multi_capability()
+    print(f"best per-episode choice among {', '.join(choice)}: {t.best_choice / t.n:.3f} ({t.best_choice} of {t.n}; "
+          f"the ceiling of any episode-level router over them)"
+          + (f"; {TRACE}: {t.total(TRACE) / t.n:.3f}" if TRACE in records else "")
+          + f"; tasks needing 2+ capabilities: {multi_n}, solved by the base {multi['base']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="quick", choices=["quick", "replication"])
@@ -91,6 +115,7 @@ def main() -> None:
         if tables is None:
             sys.exit(f"no replication tables in {run_dir} (run `trace-rl pipeline preset=replication` or --run)")
         print_replication(tables)
+        print_best_choice(run_dir)
         return
     evaluation, stages, curves = load(run_dir)
     policies = evaluation["policies"]
@@ -129,6 +154,7 @@ def main() -> None:
         best = max(singles, key=singles.get)
         print(f"goal 3, composed > best single ({best} {singles[best]:.3f}): {trace:.3f} -> "
               f"{'met' if trace > singles[best] else 'not met'}")
+    print_best_choice(run_dir)
 
 
 if __name__ == "__main__":

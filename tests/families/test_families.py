@@ -245,3 +245,21 @@ def test_precision_without_the_prefilled_ask_leaves_the_confirmation_to_the_agen
     assert info["task"]["case"] == "perturbed" and obs[-1]["role"] == "user"  # the correction keeps its turn
     with pytest.raises(ValueError, match="prefill_ask must be a bool"):
         gym.make("trace/tool_calling_precision-v0", prefill_ask="no").reset(seed=0)
+
+
+def test_precision_request_kinds_draws_only_the_named_kinds():
+    full = gym.make("trace/tool_calling_precision-v0", perturb_prob=0.0, prefill_ask=False)
+    cancels = gym.make("trace/tool_calling_precision-v0", perturb_prob=0.0, prefill_ask=False,
+                       request_kinds=["cancel"])
+    kinds_full, kinds_cancel = set(), set()
+    for seed in range(40):
+        kinds_full.add(full.reset(seed=seed)[1]["task"]["intents"][0]["kind"])
+        _, info = cancels.reset(seed=seed)
+        kinds_cancel.add(info["task"]["intents"][0]["kind"])
+        assert info["task"]["difficulty"] == {"perturb_prob": 0.0, "prefill_ask": False, "request_kinds": ["cancel"]}
+    assert kinds_full == {"cancel", "return", "modify_address"} and kinds_cancel == {"cancel"}
+    assert all(play(cancels, FamilyExpert(), seed)[1]["success"] for seed in range(30))  # still solvable
+    assert np.mean([play(cancels, FamilyExpert({"precision": 1.0}), s)[0] for s in range(30)]) == 0.0
+    for bad in ([], ["exchange"]):
+        with pytest.raises(ValueError, match="request_kinds must be a non-empty subset"):
+            gym.make("trace/tool_calling_precision-v0", request_kinds=bad).reset(seed=0)

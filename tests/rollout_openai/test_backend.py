@@ -12,6 +12,7 @@ from trace_train.model import render_chat
 from trace_train.rollout import EpisodeRequest, SamplingParams
 from trace_train.rollout.hf import HFRolloutBackend
 from trace_train.rollout.openai_backend import OpenAIRolloutBackend, _Router, turn_seed
+from trace_train.rollout.sampling import episode_sampler_seed
 from trace_train.trajectory import TrajectoryRecord
 
 
@@ -69,7 +70,8 @@ def test_sampled_records_are_well_formed_and_reproducible(model, tokenizer):
         assert len(mine) == len(rec.info["turn_spans"])
         for turn, (body, (start, k)) in enumerate(zip(mine, rec.info["turn_spans"])):
             assert body["prompt"] == rec.token_ids[:start] and body["return_token_ids"] is True
-            assert body["seed"] == turn_seed(req.sample_seed, turn) and body["stop_token_ids"] == [end_id]
+            assert body["seed"] == turn_seed(episode_sampler_seed(req.seed, req.sample_seed), turn)
+            assert body["stop_token_ids"] == [end_id]
             assert all(rec.loss_mask[start:start + k]) and body["max_tokens"] == 12
 
 

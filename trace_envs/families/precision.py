@@ -30,12 +30,14 @@ PREFILL_ASK = "Thank you, I have your account and order details. Shall I go ahea
 
 class ToolCallingPrecisionEnv(FamilyEnv):
     """Difficulty knob: ``perturb_prob`` (chance the user first gives a wrong argument, then fixes it);
-    ``prefill_ask`` (see the module docstring)."""
+    ``prefill_ask`` (see the module docstring); ``request_kinds`` (the domain's exact request kinds to draw from,
+    e.g. ``["cancel", "return"]`` to leave out copying a whole address; default all of them)."""
 
     capability = "tool_calling_precision"
 
     def __init__(self, domain: str = "retail-sim", perturb_prob: float = 0.3, prefill_ask: bool = True,
-                 max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
+                 request_kinds: list[str] | tuple[str, ...] | None = None, max_steps: int = 30, max_errors: int = 5,
+                 render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         if not 0.0 <= perturb_prob <= 1.0:
             raise ValueError(f"perturb_prob must be in [0, 1], got {perturb_prob}")
@@ -43,9 +45,17 @@ class ToolCallingPrecisionEnv(FamilyEnv):
             raise ValueError(f"prefill_ask must be a bool, got {prefill_ask!r}")
         self.perturb_prob = float(perturb_prob)
         self.prefill_ask = prefill_ask
+        known = self.domain.kinds("exact")
+        if request_kinds is not None:
+            request_kinds = tuple(str(k) for k in request_kinds)
+            unknown = sorted(set(request_kinds) - set(known))
+            if not request_kinds or unknown:
+                raise ValueError(f"request_kinds must be a non-empty subset of {list(known)}, "
+                                 f"got {list(request_kinds)}")
+        self.request_kinds = request_kinds
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
-        kinds = self.domain.kinds("exact")
+        kinds = self.request_kinds or self.domain.kinds("exact")
         request = self.domain.exact_request(world, rng, kinds[int(rng.integers(len(kinds)))])
         perturbed = bool(rng.random() < self.perturb_prob)
         if perturbed:
@@ -54,9 +64,12 @@ class ToolCallingPrecisionEnv(FamilyEnv):
                           difficulty=self._difficulty(), hazards={"precision": 2 if perturbed else 1})
 
     def _difficulty(self) -> dict[str, Any]:
-        if self.prefill_ask:  # the v0 annotation, unchanged
-            return {"perturb_prob": self.perturb_prob}
-        return {"perturb_prob": self.perturb_prob, "prefill_ask": False}
+        difficulty: dict[str, Any] = {"perturb_prob": self.perturb_prob}  # the v0 annotation, unchanged
+        if not self.prefill_ask:
+            difficulty["prefill_ask"] = False
+        if self.request_kinds is not None:  # named only when set
+            difficulty["request_kinds"] = list(self.request_kinds)
+        return difficulty
 
     def prepare(self, episode: FamilyEpisode, rng: np.random.Generator) -> None:
         messages: list[dict[str, Any]] = [{"role": "user", "content": episode.user.opening()}]

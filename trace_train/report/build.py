@@ -12,6 +12,7 @@ from trace_train.report.assets import CSS, ERROR_HOOK_JS, VIEWER_JS
 from trace_train.report.html_util import not_run, section
 from trace_train.report.loaders import Loaded, RunData, load_run
 from trace_train.report.sections_analysis import calibration_section, capabilities_section, pipeline_section
+from trace_train.report.sections_combinations import combinations_section
 from trace_train.report.sections_replication import headline_banner, replication_section
 from trace_train.report.sections_results import (
     efficiency_section,
@@ -29,7 +30,8 @@ DEFAULT_LIMITS = ViewerLimits()
 
 SECTIONS = (
     ("pipeline", "Pipeline"), ("analysis", "Capabilities"), ("synthesis", "Environments"),
-    ("training", "Training"), ("evaluation", "Evaluation"), ("replication", "Replication"),
+    ("training", "Training"), ("evaluation", "Evaluation"), ("combinations", "Combinations"),
+    ("replication", "Replication"),
     ("efficiency", "Sample efficiency"), ("routing", "Routing"), ("viewer", "Trajectories"),
 )
 
@@ -68,7 +70,8 @@ def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: st
     parts = {
         "pipeline": pipeline_section(run), "analysis": capabilities_section(run),
         "synthesis": calibration_section(run), "training": training_section(run),
-        "evaluation": evaluation_section(run), "replication": replication_section(run),
+        "evaluation": evaluation_section(run), "combinations": combinations_section(run),
+        "replication": replication_section(run),
         "efficiency": efficiency_section(run),
         "routing": with_routing_trace(routing_section(run), run), "viewer": viewer_section(run, limits),
     }

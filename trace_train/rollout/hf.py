@@ -7,8 +7,9 @@ are appended as chat-template deltas (mask 0) rendered by ``trace_train.model.re
 code behaviour cloning uses. Earlier text is never re-tokenized.
 
 If a turn ends without ``<|im_end|>`` (token budget), an ``<|im_end|>`` is appended with mask 0 so
-the stream stays a well-formed chat. Each sampler draws from a ``torch.Generator`` seeded with the
-request's ``sample_seed``, so an episode does not depend on the batch it was played in. An env that
+the stream stays a well-formed chat. Each sampler draws from a ``torch.Generator`` seeded from the
+request's env seed and ``sample_seed`` (``sampling.episode_sampler_seed``), so an episode does not depend on the
+batch it was played in and episodes of different env seeds never share a random stream. An env that
 raises in ``reset``/``step`` ends only its own episode, as ``env_error`` (``trace_train.rollout.base``).
 
 Each episode keeps its KV cache between turns (``keep_cache``): a turn encodes only the tokens added
@@ -38,7 +39,7 @@ from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, 
 from trace_train.rollout.gc_policy import freeze_long_lived
 from trace_train.rollout.hf_generate import generate_turn
 from trace_train.rollout.kv_cache import RowCache
-from trace_train.rollout.sampling import make_generator
+from trace_train.rollout.sampling import episode_sampler_seed, make_generator
 
 logger = logging.getLogger(__name__)
 
@@ -217,13 +218,13 @@ class HFRolloutBackend:
             obs, info = env.reset(seed=req.seed, options=req.reset_options())
         except Exception as exc:
             ep = _Episode(request=req, env=env, tools=None, reset_info={}, messages=[],
-                          generator=make_generator(req.sample_seed))
+                          generator=make_generator(episode_sampler_seed(req.seed, req.sample_seed)))
             _end_with_env_error(ep, exc, "reset")
             return ep
         tools = (info.get("tools") or None) if self.render_tools else None
         messages = self._with_system(list(obs), info.get("system_prompt"))
         ep = _Episode(request=req, env=env, tools=tools, reset_info=dict(info), messages=messages,
-                      generator=make_generator(req.sample_seed))
+                      generator=make_generator(episode_sampler_seed(req.seed, req.sample_seed)))
         ep.append(self.renderer.prompt_ids(messages, tools), 0)
         if req.hint:  # None when no hint applies to this task: the member played unhinted
             ep.hint = self._hint_swap(req, info, list(obs), tools, len(ep.ids))

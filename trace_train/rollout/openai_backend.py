@@ -7,7 +7,7 @@ the episode's running id list as a token-id prompt to ``POST /v1/completions`` w
 ``return_token_ids`` and ``logprobs``, so the server never re-renders or re-tokenizes text. The
 completion ids (ending with the stop token ``<|im_end|>``) are recorded as returned with mask 1 and
 the server's log-probs; a turn cut by the token budget gets an ``<|im_end|>`` with mask 0. Each
-request carries a seed derived from the member's ``sample_seed`` and the turn index.
+request carries a seed derived from the episode's env seed, the member's ``sample_seed`` and the turn index.
 
 Every episode sticks to one server (``routing``: ``least_loaded`` — fewest live episodes, then fewest
 assigned so far — or ``round_robin``); all live episodes advance concurrently, one request each per
@@ -37,6 +37,7 @@ from trace_train.model.rendering import ChatRenderer
 from trace_train.rollout.base import EpisodeRequest, SamplingParams
 from trace_train.rollout.hf import HFRolloutBackend, _Episode
 from trace_train.rollout.openai_lora import AdapterManager, ServerInfo, check_servers
+from trace_train.rollout.sampling import episode_sampler_seed
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +77,10 @@ def parse_completion(payload: Any) -> Completion:
                       list(prompt) if isinstance(prompt, list) else None)
 
 
-def turn_seed(sample_seed: int, turn: int) -> int:
-    """The server-side sampler seed of turn ``turn`` of the member with ``sample_seed`` (31 bits)."""
-    state = np.random.SeedSequence([int(sample_seed) & 0xFFFF_FFFF_FFFF_FFFF, int(turn)]).generate_state(1)
+def turn_seed(episode_seed: int, turn: int) -> int:
+    """The server-side sampler seed of turn ``turn`` of the episode whose sampler seed is ``episode_seed``
+    (``sampling.episode_sampler_seed`` of its env seed and sample seed; 31 bits)."""
+    state = np.random.SeedSequence([int(episode_seed) & 0xFFFF_FFFF_FFFF_FFFF, int(turn)]).generate_state(1)
     return int(state[0] >> 1)
 
 
@@ -243,7 +245,7 @@ class OpenAIRolloutBackend:
             "max_tokens": budget,
             "temperature": 0.0 if greedy else float(sampling.temperature),
             "top_p": 1.0 if greedy else float(sampling.top_p),
-            "seed": turn_seed(req.sample_seed, len(ep.turns)),
+            "seed": turn_seed(episode_sampler_seed(req.seed, req.sample_seed), len(ep.turns)),
             "logprobs": 0,
             "return_token_ids": True,
             "stop_token_ids": [self.end_id],

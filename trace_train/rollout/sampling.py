@@ -2,17 +2,32 @@
 
 Every row has its own ``torch.Generator`` and draws exactly one uniform number per sampled token, so
 a member's tokens depend only on its own seed and its own logits, never on which other episodes
-share the batch. The recorded log-prob is that of the sampled token under the temperature-scaled
-distribution ``log_softmax(logits / T)`` (``T = 1`` for greedy), before top-p truncation.
+share the batch. An episode's sampler is seeded by :func:`episode_sampler_seed` from its env seed *and* its
+member's ``sample_seed``: the sample seed alone repeats across env seeds (a plain rollout plays every seed
+with sample seed 0, calibration member m of every group with the same one), and episodes with one sampler
+stream draw the same number at the same token position -- a decision sampled at p = 0.3 then goes the same
+way in every episode instead of in 30 % of them. The recorded log-prob is that of the sampled token under
+the temperature-scaled distribution ``log_softmax(logits / T)`` (``T = 1`` for greedy), before top-p truncation.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from trace_train.rollout.base import SamplingParams
+
+_MASK = 0xFFFF_FFFF_FFFF_FFFF
+_TAG_EPISODE = 0x5A3E  # keeps these streams apart from other SeedSequence uses of the same numbers
+
+
+def episode_sampler_seed(env_seed: int, sample_seed: int) -> int:
+    """The seed of one episode's sampler (64 bits), from its env seed and its member's sample seed: episodes
+    that differ in either draw independent streams; the same pair always draws the same one."""
+    entropy = [int(env_seed) & _MASK, int(sample_seed) & _MASK, _TAG_EPISODE]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
 
 
 def make_generator(seed: int) -> torch.Generator:

@@ -1,0 +1,76 @@
+"""Report section: held-out success by the combination of capabilities a task needs, with the best
+per-episode choice over the base and the single adapters (the ceiling of any episode-level router)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trace_train.evaluation.combinations import CombinationTable, combination_table
+from trace_train.report.html_util import Raw, section, table
+from trace_train.report.loaders import RunData
+from trace_train.report.svg import esc
+
+SID = "combinations"
+TITLE = "Capability combinations"
+BASE = "base"
+
+
+def _adapters(run: RunData) -> list[str]:
+    """The run's own adapters (``train/<capability>`` stages; other seeds' ``@s<k>`` copies left out)."""
+    stages = run.pipeline.data.get("stages") if isinstance(run.pipeline.data, dict) else None
+    if not isinstance(stages, dict):
+        return []
+    return [name.split("/", 1)[1] for name in stages if name.startswith("train/") and "@" not in name]
+
+
+def _eval_records(run: RunData) -> dict[str, list[dict[str, Any]]]:
+    """Each evaluated policy's held-out records, in ``eval.json``'s order (then any others)."""
+    prefix = "eval: "
+    found = {name[len(prefix):]: loaded.data for name, loaded in run.trajectories.items()
+             if name.startswith(prefix) and loaded.ok}
+    policies = run.eval.data.get("policies") if isinstance(run.eval.data, dict) else None
+    order = [str(p) for p in policies] if isinstance(policies, dict) else []
+    return {p: found[p] for p in order + sorted(found) if p in found}
+
+
+def _count(successes: int, n: int) -> Raw:
+    rate = successes / n if n else 0.0
+    return Raw(f'<span class="num">{successes}</span> <span class="muted">({rate:.2f})</span>')
+
+
+def _summary(t: CombinationTable, composed: list[str]) -> str:
+    n = t.n
+    choice = ", ".join(t.choice)
+    parts = [f"Best per-episode choice among {esc(choice)}: <b>{t.best_choice} of {n}</b> "
+             f"({t.best_choice / n:.3f}) — the most any episode-level router over them can reach."]
+    for name in composed:
+        parts.append(f"{esc(name)}: {t.total(name)} of {n} ({t.total(name) / n:.3f}).")
+    multi_n, multi = t.multi_capability()
+    if multi_n:
+        best = max(multi, key=lambda p: multi[p])
+        parts.append(f"Tasks needing two or more capabilities: {multi_n} of {n}; the most any policy solves "
+                     f"among them is {multi[best]} ({esc(best)}).")
+    return "<p>" + " ".join(parts) + "</p>"
+
+
+def combinations_section(run: RunData) -> str:
+    """One row per capability combination of the held-out tasks; empty when the run has no adapters."""
+    records = _eval_records(run)
+    adapters = [a for a in _adapters(run) if a in records]
+    if BASE not in records or not adapters:
+        return ""
+    t = combination_table(records, [BASE] + adapters)
+    if not t.n:
+        return ""
+    composed = [p for p in t.policies if p.startswith("TRACE")]
+    rows = [[c.label, c.n] + [_count(c.successes[p], c.n) for p in t.policies] + [_count(c.best_choice, c.n)]
+            for c in t.cells]
+    rows.append([Raw("<b>all tasks</b>"), t.n] + [_count(t.total(p), t.n) for p in t.policies]
+                + [_count(t.best_choice, t.n)])
+    head = ("<p>Held-out episodes grouped by the capabilities their task needs (the env's ground truth), "
+            "successes per policy on the same seeds. <i>best choice</i>: the episode counts when the base or any "
+            "single adapter solved it.</p>")
+    return section(SID, TITLE, head + _summary(t, composed)
+                   + table(["tasks needing", "n"] + t.policies + ["best choice"], rows, "eval"),
+                   "Where a composition can win: one adapter fixes one capability, so tasks that need several "
+                   "are won only by switching adapters inside the episode.")
