@@ -78,10 +78,9 @@ def print_best_choice(run_dir: Path) -> None:
     """The best per-episode choice among the base and the run's own adapters (the ceiling of any episode-level
     router over them), beside the composition, from the held-out trajectories of ``eval/``."""
     from trace_envs.records import ReadReport, iter_trajectory_rows
-    from trace_train.evaluation.combinations import combination_table
+    from trace_train.evaluation.combinations import combination_table, own_adapters
 
-    stages = json.loads((run_dir / "pipeline.json").read_text())["stages"]
-    adapters = [n.split("/", 1)[1] for n in stages if n.startswith("train/") and "@" not in n]
+    adapters = own_adapters(json.loads((run_dir / "pipeline.json").read_text())["stages"])
     records = {}
     for name in ["base", *adapters, TRACE]:
         path = run_dir / "eval" / f"trajectories_{name}.jsonl"

@@ -70,6 +70,12 @@ class CombinationTable:
                 "best_choice": self.best_choice, "cells": [c.to_dict() for c in self.cells]}
 
 
+def own_adapters(stages: Mapping[str, Any]) -> list[str]:
+    """The adapters a pipeline run trained for itself: its ``train/<capability>`` stages (``pipeline.json``),
+    other run seeds' ``train/<capability>@s<k>`` copies left out."""
+    return [name.split("/", 1)[1] for name in stages if name.startswith("train/") and "@" not in name]
+
+
 def _field(record: Any, name: str) -> Any:
     return record.get(name) if isinstance(record, Mapping) else getattr(record, name, None)
 

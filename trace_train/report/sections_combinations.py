@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_train.evaluation.combinations import CombinationTable, combination_table
+from trace_train.evaluation.combinations import CombinationTable, combination_table, own_adapters
 from trace_train.report.html_util import Raw, section, table
 from trace_train.report.loaders import RunData
 from trace_train.report.svg import esc
@@ -16,11 +16,8 @@ BASE = "base"
 
 
 def _adapters(run: RunData) -> list[str]:
-    """The run's own adapters (``train/<capability>`` stages; other seeds' ``@s<k>`` copies left out)."""
     stages = run.pipeline.data.get("stages") if isinstance(run.pipeline.data, dict) else None
-    if not isinstance(stages, dict):
-        return []
-    return [name.split("/", 1)[1] for name in stages if name.startswith("train/") and "@" not in name]
+    return own_adapters(stages) if isinstance(stages, dict) else []
 
 
 def _eval_records(run: RunData) -> dict[str, list[dict[str, Any]]]:
