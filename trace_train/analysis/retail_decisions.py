@@ -23,11 +23,19 @@ from dataclasses import dataclass
 
 from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.messages import ToolCall, tool_calls
-from trace_train.analysis.retail_probes import _answer_given, _gold_for, _same_args, _texts, _writes_on, task_of
+from trace_train.analysis.retail_probes import (
+    _SWAP_TOOLS,
+    _answer_given,
+    _gold_for,
+    _same_args,
+    _texts,
+    _writes_on,
+    needs_exact_arguments,
+    task_of,
+)
 
 CAPABILITIES = ("precondition_verification", "structured_data_reasoning", "multi_step_task_completion",
                 "tool_calling_precision")
-_SWAP_TOOLS = ("exchange_delivered_order_items", "modify_pending_order_items")
 _LOOKUP = "get_order_details"
 
 
@@ -53,13 +61,6 @@ class DecisionTally:
             self.wrong += 1
 
 
-def _needs_exact(intent: dict) -> bool:
-    return bool(intent.get("eligible", True)) and (
-        (intent["kind"] == "cancel" and intent.get("reason") == "ordered by mistake")
-        or (intent["kind"] == "return" and bool(intent.get("refund_to_gift_card")))
-        or intent["kind"] == "modify_address")
-
-
 def _looked_up(calls: list[ToolCall], order_id: str) -> bool:
     return any(c.name == _LOOKUP and c.arguments.get("order_id") == order_id for c in calls)
 
@@ -83,7 +84,7 @@ def decision_outcomes(record: TrajectoryRecord) -> dict[str, DecisionTally]:
             answered = _answer_given(record, intent)
             if answered is not None:
                 out["structured_data_reasoning"].add(answered)
-        gold = _gold_for(task, order_id) if _needs_exact(intent) else None
+        gold = _gold_for(task, order_id) if needs_exact_arguments(intent) else None
         if gold is not None:
             for call in _writes_on(calls, order_id, (gold[0],)):
                 out["tool_calling_precision"].add(_same_args(call.arguments, gold[1]))

@@ -55,6 +55,15 @@ def _number(text: str) -> float | None:
         return None
 
 
+def needs_exact_arguments(intent: dict[str, Any]) -> bool:
+    """An allowed intent whose write must carry a value the user stated (the stated cancel reason, the gift card
+    refund, a whole new address): where tool-calling precision decides the task."""
+    return bool(intent.get("eligible", True)) and (
+        (intent["kind"] == "cancel" and intent.get("reason") == "ordered by mistake")
+        or (intent["kind"] == "return" and bool(intent.get("refund_to_gift_card")))
+        or intent["kind"] == "modify_address")
+
+
 def _gold_for(task: dict[str, Any], order_id: str) -> tuple[str, dict[str, Any]] | None:
     for name, args in task.get("gold_actions", []):
         if args.get("order_id") == order_id:
@@ -148,12 +157,7 @@ def probe_precision(record: TrajectoryRecord) -> Label:
         return Label.NA
     calls = tool_calls(record.messages)
     for intent in task["intents"]:
-        exact = intent.get("eligible", True) and (
-            (intent["kind"] == "cancel" and intent.get("reason") == "ordered by mistake")
-            or (intent["kind"] == "return" and intent.get("refund_to_gift_card"))
-            or intent["kind"] == "modify_address"
-        )
-        gold = _gold_for(task, intent["order_id"]) if exact else None
+        gold = _gold_for(task, intent["order_id"]) if needs_exact_arguments(intent) else None
         if gold is None:
             continue
         for call in _writes_on(calls, intent["order_id"], (gold[0],)):
