@@ -91,6 +91,9 @@ def print_best_choice(run_dir: Path) -> None:
         return
     t = combination_table(records, choice)
     multi_n, multi = t.multi_capability()
+    order, routed = t.annotation_routing({a: a for a in adapters if a in records})
+    print(f"routing by the tasks' capability annotations ({' > '.join(order)}, the base when none): "
+          f"{routed / t.n:.3f} ({routed} of {t.n}; the most a router that reads the task can reach)")
     print(f"best per-episode choice among {', '.join(choice)}: {t.best_choice / t.n:.3f} ({t.best_choice} of {t.n}; "
           f"the ceiling of any episode-level router over them)"
           + (f"; {TRACE}: {t.total(TRACE) / t.n:.3f}" if TRACE in records else "")

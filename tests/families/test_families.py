@@ -263,3 +263,44 @@ def test_precision_request_kinds_draws_only_the_named_kinds():
     for bad in ([], ["exchange"]):
         with pytest.raises(ValueError, match="request_kinds must be a non-empty subset"):
             gym.make("trace/tool_calling_precision-v0", request_kinds=bad).reset(seed=0)
+
+
+def _constant_reason_reward(env, seed):
+    """An agent that never reads the reason: it cancels with "ordered by mistake" and names the order."""
+    obs, info = env.reset(seed=seed)
+    order_id = info["task"]["gold"]["actions"][0][1]["order_id"]
+    env.step(format_tool_call("cancel_pending_order", {"order_id": order_id, "reason": "ordered by mistake"}))
+    _, reward, terminated, truncated, step = env.step(f"Order {order_id} is cancelled.")
+    assert terminated or truncated
+    return info["task"]["case"], reward
+
+
+def test_precision_contrast_episodes_defeat_a_constant_argument():
+    plain = gym.make("trace/tool_calling_precision-v0", perturb_prob=0.0, request_kinds=["cancel"])
+    contrast = gym.make("trace/tool_calling_precision-v0", perturb_prob=0.0, request_kinds=["cancel"],
+                        contrast_fraction=0.5)
+    # without contrast the constant reason solves every episode: the env does not check that the agent copied it
+    assert {_constant_reason_reward(plain, s) for s in range(20)} == {("direct", 1.0)}
+    outcomes = [_constant_reason_reward(contrast, s) for s in range(40)]
+    n_contrast = sum(case == "contrast" for case, _ in outcomes)
+    assert 10 <= n_contrast <= 30  # about half, drawn from the env's seed
+    assert all(reward == (0.0 if case == "contrast" else 1.0) for case, reward in outcomes)
+    _, info = contrast.reset(seed=next(s for s in range(40) if outcomes[s][0] == "contrast"))
+    assert "no longer need" in info["task"]["intents"][0]["utterance"]
+    assert info["task"]["hazards"] == {"precision": 0}
+    assert info["task"]["difficulty"] == {"perturb_prob": 0.0, "request_kinds": ["cancel"], "contrast_fraction": 0.5}
+    # copying the stated value solves both cases; the default-writing knob now fails only the direct ones
+    assert all(play(contrast, FamilyExpert(), s)[1]["success"] for s in range(40))
+    sloppy = [play(contrast, FamilyExpert({"precision": 1.0}), s)[0] for s in range(40)]
+    assert sloppy == [1.0 if case == "contrast" else 0.0 for case, _ in outcomes]
+
+
+def test_precision_contrast_off_keeps_the_v0_episodes_and_is_validated():
+    v0 = gym.make("trace/tool_calling_precision-v0")
+    off = gym.make("trace/tool_calling_precision-v0", contrast_fraction=0.0)
+    for seed in range(20):
+        assert v0.reset(seed=seed) == off.reset(seed=seed)
+    with pytest.raises(ValueError, match="contrast_fraction must be in"):
+        gym.make("trace/tool_calling_precision-v0", contrast_fraction=1.5).reset(seed=0)
+    with pytest.raises(ValueError, match="has a default-valued form"):
+        gym.make("trace/tool_calling_precision-v0", request_kinds=["modify_address"], contrast_fraction=0.5)

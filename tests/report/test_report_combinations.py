@@ -52,6 +52,9 @@ def test_the_section_shows_each_cell_and_the_best_per_episode_choice(tmp_path: P
     assert (f"Best per-episode choice among base, precondition_verification, structured_data_reasoning: "
             f"{expected.best_choice} of 40") in text
     assert f"TRACE (composed): {expected.total('TRACE (composed)')} of 40" in text
+    order, routed = expected.annotation_routing({a: a for a in ADAPTERS})
+    assert f"in the order {' > '.join(order)}, the base when none" in text
+    assert f"episodes): {routed} of 40 ({routed / 40:.3f})" in text
     for cell in expected.cells:
         label = " + ".join(cell.capabilities) if cell.capabilities else "(none)"
         counts = " ".join(f"{cell.successes[p]} ({cell.successes[p] / cell.n:.2f})" for p in policies)

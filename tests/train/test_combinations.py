@@ -91,3 +91,30 @@ def test_bad_choices_are_refused(records):
         combination_table(records, [])
     with pytest.raises(ValueError, match="at least one policy"):
         combination_table({}, ["base"])
+
+
+def test_annotation_routing_picks_each_episodes_adapter_by_its_tasks_capabilities(records):
+    t = combination_table(records, ["base", "precondition", "structured"])
+    adapters = {"precondition_verification": "precondition", "structured_data_reasoning": "structured"}
+    by_seed = {name: {r.seed: r for r in rows} for name, rows in records.items()}
+    # by hand, per episode, for both priority orders
+    expected = {}
+    for order in (("precondition_verification", "structured_data_reasoning"),
+                  ("structured_data_reasoning", "precondition_verification")):
+        solved = 0
+        for seed, record in by_seed["base"].items():
+            chosen = next((adapters[c] for c in order if c in caps_of(record)), "base")
+            solved += by_seed[chosen][seed].success
+        expected[order] = solved
+    order, solved = t.annotation_routing(adapters)
+    assert solved == max(expected.values()) and expected[order] == solved
+    # the router sees the task, not the outcome: never above the per-episode oracle, and it beats each fix alone
+    assert solved <= t.best_choice
+    assert solved > max(t.total("precondition"), t.total("structured"))
+    # one adapter: its capability's tasks go to it, every other task stays on the base
+    single_order, single = t.annotation_routing({"structured_data_reasoning": "structured"})
+    assert single_order == ("structured_data_reasoning",)
+    assert single == sum(c.successes["structured" if "structured_data_reasoning" in c.capabilities else "base"]
+                         for c in t.cells)
+    with pytest.raises(ValueError, match="without records"):
+        t.annotation_routing({"tool_calling_precision": "precision"})

@@ -31,16 +31,23 @@ PREFILL_ASK = "Thank you, I have your account and order details. Shall I go ahea
 class ToolCallingPrecisionEnv(FamilyEnv):
     """Difficulty knob: ``perturb_prob`` (chance the user first gives a wrong argument, then fixes it);
     ``prefill_ask`` (see the module docstring); ``request_kinds`` (the domain's exact request kinds to draw from,
-    e.g. ``["cancel", "return"]`` to leave out copying a whole address; default all of them)."""
+    e.g. ``["cancel", "return"]`` to leave out copying a whole address; default all of them);
+    ``contrast_fraction`` (chance that a kind with a default-valued form -- the domain's ``plain`` kinds, e.g. a
+    cancel "because I no longer need it" -- is drawn in that form: the user states the value a sloppy agent writes
+    anyway. Without contrast every retail cancel states "ordered by mistake", so an agent that always writes that
+    reason solves the env without reading the request; with it only copying what the user said solves every
+    episode. A contrast episode is never perturbed, and the knob cannot fail it: ``hazards`` precision 0)."""
 
     capability = "tool_calling_precision"
 
     def __init__(self, domain: str = "retail-sim", perturb_prob: float = 0.3, prefill_ask: bool = True,
-                 request_kinds: list[str] | tuple[str, ...] | None = None, max_steps: int = 30, max_errors: int = 5,
-                 render_mode: str | None = None):
+                 request_kinds: list[str] | tuple[str, ...] | None = None, contrast_fraction: float = 0.0,
+                 max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         if not 0.0 <= perturb_prob <= 1.0:
             raise ValueError(f"perturb_prob must be in [0, 1], got {perturb_prob}")
+        if not 0.0 <= contrast_fraction <= 1.0:
+            raise ValueError(f"contrast_fraction must be in [0, 1], got {contrast_fraction}")
         if not isinstance(prefill_ask, bool):
             raise ValueError(f"prefill_ask must be a bool, got {prefill_ask!r}")
         self.perturb_prob = float(perturb_prob)
@@ -53,10 +60,20 @@ class ToolCallingPrecisionEnv(FamilyEnv):
                 raise ValueError(f"request_kinds must be a non-empty subset of {list(known)}, "
                                  f"got {list(request_kinds)}")
         self.request_kinds = request_kinds
+        self.contrast_fraction = float(contrast_fraction)
+        if self.contrast_fraction > 0 and not set(request_kinds or known) & set(self.domain.kinds("plain")):
+            raise ValueError(f"contrast_fraction: none of the request kinds {list(request_kinds or known)} has a "
+                             f"default-valued form on {domain} (its plain kinds: {list(self.domain.kinds('plain'))})")
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
         kinds = self.request_kinds or self.domain.kinds("exact")
-        request = self.domain.exact_request(world, rng, kinds[int(rng.integers(len(kinds)))])
+        kind = kinds[int(rng.integers(len(kinds)))]
+        # drawn only when the knob is on, so the v0 episodes keep their random stream
+        if (self.contrast_fraction > 0 and kind in self.domain.kinds("plain")
+                and rng.random() < self.contrast_fraction):
+            return FamilyTask(case="contrast", requests=[self.domain.plain_request(world, rng, kind)],
+                              difficulty=self._difficulty(), hazards={"precision": 0})
+        request = self.domain.exact_request(world, rng, kind)
         perturbed = bool(rng.random() < self.perturb_prob)
         if perturbed:
             request.details["correction"] = self.domain.apply_correction(world, rng, request)
@@ -69,6 +86,8 @@ class ToolCallingPrecisionEnv(FamilyEnv):
             difficulty["prefill_ask"] = False
         if self.request_kinds is not None:  # named only when set
             difficulty["request_kinds"] = list(self.request_kinds)
+        if self.contrast_fraction > 0:
+            difficulty["contrast_fraction"] = self.contrast_fraction
         return difficulty
 
     def prepare(self, episode: FamilyEpisode, rng: np.random.Generator) -> None:

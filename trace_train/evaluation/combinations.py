@@ -6,6 +6,12 @@ per-episode oracle over the base and the adapters -- an episode counts as solved
 it -- is the most any episode-level routing over them can reach. The table says where a composition wins and
 loses, and whether the adapters or the routing bound it.
 
+*Annotation routing* (:meth:`CombinationTable.annotation_routing`) is the router that reads the task's own
+capability annotations: each episode plays on the adapter of the first capability it needs in a priority order
+(the base when it needs none of the adapters' capabilities), the best order chosen on these same episodes. It uses
+the held-out ground truth, so it bounds what any router that reads the *task* can reach, while the best
+per-episode choice (which also profits from an adapter's luck on one seed) bounds any router at all.
+
 Episodes of different policies are paired by ``(env_id, seed)`` and, when a seed has several trials, by their
 order in each policy's records (evaluation plays every policy on the same seeds and trials).
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import permutations
 from typing import Any
 
 from trace_envs.records import task_capabilities
@@ -64,6 +71,19 @@ class CombinationTable:
         """Episodes whose task needs two or more capabilities, and each policy's successes among them."""
         cells = [c for c in self.cells if len(c.capabilities) >= 2]
         return sum(c.n for c in cells), {p: sum(c.successes[p] for c in cells) for p in self.policies}
+
+    def annotation_routing(self, adapters: Mapping[str, str], base: str = "base") -> tuple[tuple[str, ...], int]:
+        """``(order, successes)`` of the best annotation router: ``adapters`` maps a capability to the policy that
+        plays its tasks; an episode goes to the first capability of ``order`` its task needs, ``base`` when none."""
+        unknown = [p for p in [base, *adapters.values()] if p not in self.policies]
+        if unknown:
+            raise ValueError(f"annotation routing names policies without records: {unknown}")
+        def solved(order: tuple[str, ...]) -> int:
+            return sum(cell.successes[next((adapters[cap] for cap in order if cap in cell.capabilities), base)]
+                       for cell in self.cells)
+
+        scored = [(order, solved(order)) for order in permutations(sorted(adapters))]
+        return max(scored, key=lambda item: item[1])  # the first best order on a tie
 
     def to_dict(self) -> dict[str, Any]:
         return {"policies": list(self.policies), "choice": list(self.choice), "n": self.n,

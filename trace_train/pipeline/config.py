@@ -52,7 +52,7 @@ class EvalStageConfig:
     episodes: int = 200
     split: str = "test"
     trials: int = 1
-    curve_episodes: int = 100  # per checkpoint of the sample-efficiency curves
+    curve_episodes: int = 100  # per GRPO-on-target checkpoint on the sample-efficiency curve (0: its final point only)
     batch_episodes: int = 32
     greedy: bool = False  # evaluate every policy with greedy decoding (rollouts and training still sample)
 

@@ -320,16 +320,26 @@ def refine_gates_grpo(cfg: PipelineConfig, composed: Any, model_dir: str, moe: M
 
 
 def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, trace_summary: dict[str, Any],
-                      baseline_outputs: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, Any]:
-    """Held-out success vs training rollouts: GRPO-on-target checkpoints vs TRACE's final composed point."""
+                      baseline_outputs: dict[str, dict[str, Any]], out_dir: Path,
+                      final_summaries: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Held-out success vs training rollouts: GRPO-on-target checkpoints vs TRACE's final composed point.
+
+    Each GRPO-on-target checkpoint plays ``eval.curve_episodes`` held-out seeds; with ``curve_episodes: 0`` the
+    curve is its final point only, taken from its held-out evaluation (``final_summaries["grpo_target"]``), so no
+    episode is played again."""
     from trace_train.evaluation import summarize
 
     curves: dict[str, list[list[float]]] = {}
     overall = trace_summary["overall"]
     curves["TRACE"] = [[float(trace_rollouts), overall["rate"], overall["low"], overall["high"]]]
     target = baseline_outputs.get("grpo_target")
-    if target:
-        e = cfg.eval
+    e = cfg.eval
+    if target and e.curve_episodes == 0:
+        final = (final_summaries or {}).get("grpo_target")
+        if final and target["versions"]:
+            s = final["overall"]
+            curves["GRPO on target"] = [[float(target["versions"][-1]["rollouts"]), s["rate"], s["low"], s["high"]]]
+    elif target:
         points = []
         for version in target["versions"]:
             spec = replace(base_spec(cfg, model_dir, name=f"grpo_target@{version['iteration']}",

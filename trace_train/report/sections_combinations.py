@@ -35,11 +35,16 @@ def _count(successes: int, n: int) -> Raw:
     return Raw(f'<span class="num">{successes}</span> <span class="muted">({rate:.2f})</span>')
 
 
-def _summary(t: CombinationTable, composed: list[str]) -> str:
+def _summary(t: CombinationTable, composed: list[str], adapters: list[str]) -> str:
     n = t.n
     choice = ", ".join(t.choice)
     parts = [f"Best per-episode choice among {esc(choice)}: <b>{t.best_choice} of {n}</b> "
              f"({t.best_choice / n:.3f}) — the most any episode-level router over them can reach."]
+    order, routed = t.annotation_routing({a: a for a in adapters}, BASE)
+    parts.append(f"Routing by each task's own capability annotations (the adapter of the first capability it "
+                 f"needs in the order {esc(' > '.join(order))}, the base when none; the best order on these "
+                 f"episodes): <b>{routed} of {n}</b> ({routed / n:.3f}) — the most a router that reads the task "
+                 f"can reach with these adapters.")
     for name in composed:
         parts.append(f"{esc(name)}: {t.total(name)} of {n} ({t.total(name) / n:.3f}).")
     multi_n, multi = t.multi_capability()
@@ -67,7 +72,7 @@ def combinations_section(run: RunData) -> str:
     head = ("<p>Held-out episodes grouped by the capabilities their task needs (the env's ground truth), "
             "successes per policy on the same seeds. <i>best choice</i>: the episode counts when the base or any "
             "single adapter solved it.</p>")
-    return section(SID, TITLE, head + _summary(t, composed)
+    return section(SID, TITLE, head + _summary(t, composed, adapters)
                    + table(["tasks needing", "n"] + t.policies + ["best choice"], rows, "eval"),
                    "Where a composition can win: one adapter fixes one capability, so tasks that need several "
                    "are won only by switching adapters inside the episode.")
