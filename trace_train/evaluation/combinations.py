@@ -78,6 +78,7 @@ class CombinationTable:
         unknown = [p for p in [base, *adapters.values()] if p not in self.policies]
         if unknown:
             raise ValueError(f"annotation routing names policies without records: {unknown}")
+
         def solved(order: tuple[str, ...]) -> int:
             return sum(cell.successes[next((adapters[cap] for cap in order if cap in cell.capabilities), base)]
                        for cell in self.cells)
