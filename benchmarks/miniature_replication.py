@@ -35,7 +35,9 @@ def rollouts_and_wall(name: str, stages: dict) -> tuple[int | None, float | None
     if name == TRACE:
         train = [s for n, s in stages.items() if n.startswith("train/")]
         compose = stages.get("compose", {})
-        return (sum(s.get("outputs", {}).get("rollouts", 0) for s in train),
+        # the target episodes the gates (or the episode router) trained on count, as in the pipeline's budget
+        return (sum(s.get("outputs", {}).get("rollouts", 0) for s in train)
+                + compose.get("outputs", {}).get("gate_rollouts", 0),
                 sum(s.get("wall_s", 0.0) for s in train) + compose.get("wall_s", 0.0))
     for key in (f"train/{name}", f"baselines/{name}"):
         if key in stages:

@@ -73,7 +73,9 @@ class RoutingTargetsConfig:
     ``seed_offset``. ``label: best``: each seed's best slot (``trace_moe.routing_targets``) labels every successful
     episode of it; ``label: solvers``: every successful episode of a seed is an example once per slot that solved
     the seed, so the gates fit the share of solvers (the paper's warm start: a KL to each seed's distribution of
-    rewards over the slots) and their top-1 is the slot that solves tasks like it most often."""
+    rewards over the slots) and their top-1 is the slot that solves tasks like it most often. The episode router
+    (``gate.scope: episode``) reads each seed's opening request instead, its target the best slot one-hot
+    (``best``) or the seed's distribution of reward over the slots (``solvers``; seeds no slot solved left out)."""
 
     seeds: int = 64  # target training seeds
     samples: int = 4  # episodes per slot and seed (sampled at the pipeline policy's temperature)
@@ -109,9 +111,10 @@ class MoEConfig:
     episode_router: EpisodeRouterConfig = field(default_factory=EpisodeRouterConfig)
 
     def __post_init__(self) -> None:
-        if self.gate.scope == "episode" and self.train.method != "supervised":
+        if self.gate.scope == "episode" and self.train.method not in ("supervised", "routing_targets"):
             raise ValueError(f"moe.gate.scope=episode trains its router on the capability envs' successes "
-                             f"(moe.train.method=supervised), not {self.train.method!r}")
+                             f"(moe.train.method=supervised) or on the target's routing targets "
+                             f"(routing_targets), not {self.train.method!r}")
 
     def hash_part(self) -> dict[str, Any]:
         """``asdict`` as run-directory stage hashes see it: keys added after runs existed are left out while they

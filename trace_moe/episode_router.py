@@ -132,26 +132,40 @@ class EpisodeRouter:
         return cls(list(meta["slot_names"]), meta["pool"], t["mean"], t["std"], t["weight"], t["bias"])
 
 
-def fit_episode_router(features: torch.Tensor, labels: Sequence[int], slot_names: Sequence[str],
+def fit_episode_router(features: torch.Tensor, targets: Sequence[int] | torch.Tensor, slot_names: Sequence[str],
                        cfg: EpisodeRouterConfig) -> EpisodeRouter:
-    """Multinomial logistic regression of ``labels`` (slot indices) on standardised ``features``."""
-    y = torch.tensor(list(labels), dtype=torch.long)
-    if len(y) != len(features) or len(y) == 0:
-        raise ValueError(f"{len(features)} feature rows for {len(y)} labels")
-    if int(y.min()) < 0 or int(y.max()) >= len(slot_names):
-        raise ValueError(f"labels must be slot indices in [0, {len(slot_names)})")
+    """Multinomial logistic regression on standardised ``features`` towards ``targets``: slot indices (cross
+    entropy), or an (n, S) matrix of each example's distribution over the slots (the paper's gate warm start: the
+    KL to each task's distribution of rewards over the slots). A slot with no mass in any target is never chosen."""
+    soft = isinstance(targets, torch.Tensor) and targets.dim() == 2
+    if soft:
+        p = targets.double()
+        if p.shape != (len(features), len(slot_names)) or (p < 0).any() or not torch.allclose(p.sum(1), torch.ones(
+                len(p), dtype=torch.float64), atol=1e-6):
+            raise ValueError(f"soft targets must be a ({len(features)}, {len(slot_names)}) matrix of distributions")
+        present = p.sum(0) > 0
+    else:
+        y = torch.tensor(list(targets), dtype=torch.long)
+        if len(y) != len(features) or len(y) == 0:
+            raise ValueError(f"{len(features)} feature rows for {len(y)} labels")
+        if int(y.min()) < 0 or int(y.max()) >= len(slot_names):
+            raise ValueError(f"labels must be slot indices in [0, {len(slot_names)})")
+        p = F.one_hot(y, len(slot_names)).double()
+        present = torch.bincount(y, minlength=len(slot_names)) > 0
+    if len(p) == 0:
+        raise ValueError("no examples to fit the episode router on")
     x = features.double()
     mean, std = x.mean(0), x.std(0, unbiased=False).clamp_min(1e-6)
     z = (x - mean) / std
-    present = torch.bincount(y, minlength=len(slot_names)) > 0
     weight = torch.zeros(len(slot_names), x.shape[1], dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(len(slot_names), dtype=torch.float64, requires_grad=True)
-    mask = torch.where(present, 0.0, -math.inf).double()
     opt = torch.optim.LBFGS([weight, bias], max_iter=cfg.max_iter, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = F.cross_entropy(z @ weight.T + bias + mask, y) + cfg.weight_decay * weight.pow(2).sum()
+        # absent slots are left out of the softmax (not masked with -inf, whose 0 * -inf would poison soft targets)
+        log_q = F.log_softmax((z @ weight.T + bias)[:, present], dim=-1)
+        loss = -(p[:, present] * log_q).sum(1).mean() + cfg.weight_decay * weight.pow(2).sum()
         loss.backward()
         return loss
 
@@ -162,10 +176,11 @@ def fit_episode_router(features: torch.Tensor, labels: Sequence[int], slot_names
                          final_bias.float())
 
 
-def train_episode_router(composed: ComposedModel, requests: Sequence[Sequence[int]], labels: Sequence[int],
-                         cfg: EpisodeRouterConfig) -> EpisodeRouter:
-    """Features of the tokenized ``requests`` under the frozen base, then the fit (``fit_episode_router``)."""
-    return fit_episode_router(request_features(composed, requests, cfg.pool), labels, composed.slot_names, cfg)
+def train_episode_router(composed: ComposedModel, requests: Sequence[Sequence[int]],
+                         targets: Sequence[int] | torch.Tensor, cfg: EpisodeRouterConfig) -> EpisodeRouter:
+    """Features of the tokenized ``requests`` under the frozen base, then the fit (``fit_episode_router``: slot
+    labels or per-request distributions over the slots)."""
+    return fit_episode_router(request_features(composed, requests, cfg.pool), targets, composed.slot_names, cfg)
 
 
 class BoundEpisodeRouter:

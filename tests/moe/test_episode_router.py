@@ -88,6 +88,30 @@ def test_the_fit_separates_slots_leaves_unseen_slots_out_and_is_deterministic():
         fit_episode_router(x, labels[:10], names, EpisodeRouterConfig())
 
 
+def test_soft_targets_fit_each_requests_distribution_and_one_hot_rows_equal_labels():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(80, 6, generator=gen)
+    side = x[:, 0] > 0
+    x[:, 0] += 3 * torch.where(side, 1.0, -1.0)  # two clusters of requests
+    # two slots share each request's reward (the paper's warm start); the one with more of it should win
+    targets = torch.where(side[:, None], torch.tensor([0.0, 0.7, 0.3, 0.0]), torch.tensor([0.0, 0.2, 0.8, 0.0]))
+    names = ["base", "a", "b", "c"]
+    router = fit_episode_router(x, targets, names, EpisodeRouterConfig(weight_decay=1e-3))
+    assert [d.slot for d in router.decide(x)] == [1 if s else 2 for s in side.tolist()]
+    logits = router.logits(x)
+    assert math.isinf(float(logits[0, 0])) and math.isinf(float(logits[0, 3]))  # no mass on base or "c"
+    probs = torch.softmax(logits[:, 1:3], dim=-1)
+    assert float((probs[side, 0] - 0.7).abs().mean()) < 0.15  # it fits the shares, not just their argmax
+    labels = [1 if s else 2 for s in side.tolist()]
+    hard = fit_episode_router(x, labels, names, EpisodeRouterConfig(weight_decay=1e-3))
+    one_hot = fit_episode_router(x, torch.nn.functional.one_hot(torch.tensor(labels), 4).float(), names,
+                                 EpisodeRouterConfig(weight_decay=1e-3))
+    assert torch.allclose(hard.weight, one_hot.weight) and torch.equal(hard.bias.isinf(), one_hot.bias.isinf())
+    for bad in (targets[:10], targets * 2, targets[:, :3], targets - 0.5):
+        with pytest.raises(ValueError, match="distributions"):
+            fit_episode_router(x, bad, names, EpisodeRouterConfig())
+
+
 def test_the_router_reads_the_request_from_the_frozen_base(setup):
     _, _, composed, encode, texts = setup
     train, held = texts[:80], texts[80:]
@@ -149,6 +173,8 @@ def test_scope_is_validated_and_kept_out_of_old_stage_hashes():
         GateConfig(scope="layer")
     with pytest.raises(ValueError, match="supervised"):
         MoEConfig.from_dict({"gate": {"scope": "episode"}, "train": {"method": "grpo_target"}})
+    targets = MoEConfig.from_dict({"gate": {"scope": "episode"}, "train": {"method": "routing_targets"}})
+    assert targets.hash_part()["train"]["method"] == "routing_targets"
     with pytest.raises(ValueError, match="pool"):
         EpisodeRouterConfig(pool="max")
     default = MoEConfig()

@@ -41,6 +41,9 @@ def _pipeline(run_dir: Path, policy: Path, *extra: str):
         # hard for it, so the first is emitted anyway
         "synthesis.policy.kind=model", "synthesis.accept_closest=true", "synthesis.search.stop_when_too_hard=true",
         "pipeline.baselines=[grpo_target,mixture,sft,prompted]", "grpo.progress=false",
+        # the token-level gates on the capability envs' successes; the quick preset's episode router would play
+        # 250 target seeds per slot here (its own test asks for it with a few seeds)
+        "moe.gate.scope=token", "moe.train.method=supervised",
     ]
     overridden = {e.split("=", 1)[0] for e in extra}  # a key given in extra replaces the default above
     args = [a for a in args if a.split("=", 1)[0] not in overridden] + list(extra)

@@ -3,7 +3,9 @@
 Every slot alone -- the base, then the base with each adapter -- plays the same training seeds of the target;
 each seed's best slot (``trace_moe.routing_targets``) labels every successful episode played on that seed, by
 any slot (``moe.routing.label=best``), or each such episode is an example once per slot that solved the seed
-(``solvers``). The gates then learn, on target tokens, which expert the task in front of them wants.
+(``solvers``). The gates then learn, on target tokens, which expert the task in front of them wants. The episode
+router (``moe.gate.scope=episode``) learns instead from each seed's opening request and its target over the slots
+(``routing_target_requests``).
 """
 
 from __future__ import annotations
@@ -29,16 +31,49 @@ def routing_target_examples(cfg: PipelineConfig, model_dir: str, adapters: dict[
     slot 0 = base, slot i = ``list(adapters)[i-1]``) and what was played and labelled (rollouts, per-slot mean
     reward, labels per slot)."""
     names = ["base", *adapters]
+    return label_routing_episodes(play_slots(cfg, model_dir, adapters, routing, env, env_kwargs), names,
+                                  routing.label)
+
+
+def play_slots(cfg: PipelineConfig, model_dir: str, adapters: dict[str, str], routing: RoutingTargetsConfig,
+               env: str | dict[str, float], env_kwargs: dict[str, Any] | None) -> list[list]:
+    """Every slot alone (the base, then the base with each adapter) on the same ``routing.seeds`` training seeds
+    of ``env``: one list of records per slot."""
     envs = [env] if isinstance(env, str) else list(env)
-    split = cfg.rollouts.split
     per_slot = []
-    for slot, name in enumerate(names):
+    for slot, name in enumerate(["base", *adapters]):
         spec = replace(base_spec(cfg, model_dir, name=f"route {name}", adapter=None if slot == 0 else adapters[name]),
                        greedy=routing.greedy)
         per_slot.append([record for env_id in envs
-                         for record in play(spec, env_id, split, routing.seeds, routing.seed_offset, routing.samples,
-                                            batch=cfg.eval.batch_episodes, env_kwargs=env_kwargs)])
-    return label_routing_episodes(per_slot, names, routing.label)
+                         for record in play(spec, env_id, cfg.rollouts.split, routing.seeds, routing.seed_offset,
+                                            routing.samples, batch=cfg.eval.batch_episodes, env_kwargs=env_kwargs)])
+    return per_slot
+
+
+def routing_target_requests(per_slot: list[list], names: list[str], label: str = "best"
+                            ) -> tuple[list[str], np.ndarray, dict]:
+    """``(requests, targets, summary)`` for the episode router from the episodes each slot played alone: each
+    task's first user message and its target over the slots. ``label: best``: one-hot on the task's best slot
+    (``trace_moe.routing_targets``), every task; ``solvers``: the task's distribution of mean reward over the
+    slots (the paper's gate warm start), tasks on which no slot earned reward left out."""
+    from trace_moe import routing_targets
+    from trace_moe.routers import first_user_message
+
+    tasks, rewards = _reward_matrix(per_slot)
+    if label == "solvers":
+        keep = rewards.sum(axis=1) > 0
+        targets = rewards[keep] / rewards[keep].sum(axis=1, keepdims=True)
+    else:
+        keep = np.ones(len(tasks), dtype=bool)
+        targets = np.eye(len(names))[routing_targets(rewards)]
+    opening = {(r.env_id, r.seed): first_user_message(r.messages) for r in per_slot[0]}
+    requests = [opening[task] for task, kept in zip(tasks, keep) if kept]
+    summary = {"rollouts": sum(len(records) for records in per_slot), "seeds": len(tasks),
+               "seeds_solved": int((rewards.max(axis=1) > 0).sum()), "requests": len(requests), "label": label,
+               "slot_mean_reward": {name: float(rewards[:, s].mean()) for s, name in enumerate(names)},
+               "target_mass": {name: float(targets[:, s].sum()) for s, name in enumerate(names)}}
+    logger.info("episode-router targets on %d seeds (%d kept): %s", len(tasks), len(requests), summary["target_mass"])
+    return requests, targets, summary
 
 
 def label_routing_episodes(per_slot: list[list], names: list[str], label: str = "best") -> tuple[list, dict]:
@@ -46,20 +81,12 @@ def label_routing_episodes(per_slot: list[list], names: list[str], label: str = 
     records, every slot on the same seeds), labelled as ``label`` says (``RoutingTargetsConfig.label``)."""
     from trace_moe import GateExample, routing_targets
 
-    tasks = sorted({(r.env_id, r.seed) for r in per_slot[0]})
+    tasks, rewards = _reward_matrix(per_slot)
     index = {task: i for i, task in enumerate(tasks)}
-    totals = np.zeros((len(tasks), len(names)))
-    counts = np.zeros((len(tasks), len(names)))
     solved_by = np.zeros((len(tasks), len(names)), dtype=bool)
     for slot, records in enumerate(per_slot):
         for record in records:
-            task = index[(record.env_id, record.seed)]
-            totals[task, slot] += record.reward
-            counts[task, slot] += 1
-            solved_by[task, slot] |= bool(record.success)
-    if (counts == 0).any():
-        raise ValueError("routing targets: a slot did not play every seed the base played")
-    rewards = totals / counts
+            solved_by[index[(record.env_id, record.seed)], slot] |= bool(record.success)
     labels = routing_targets(rewards)
     examples = [GateExample(record.token_ids, record.loss_mask, slot, record.episode_id)
                 for records in per_slot for record in records
@@ -82,3 +109,19 @@ def _labels_of(task: int, best: np.ndarray, solved_by: np.ndarray, how: str) -> 
     if how == "solvers":
         return [int(s) for s in np.flatnonzero(solved_by[task])]
     return [int(best[task])]
+
+
+def _reward_matrix(per_slot: list[list]) -> tuple[list[tuple[str, int]], np.ndarray]:
+    """The tasks (env id, seed) the base played and the (tasks x slots) mean reward of each slot on each."""
+    tasks = sorted({(r.env_id, r.seed) for r in per_slot[0]})
+    index = {task: i for i, task in enumerate(tasks)}
+    totals = np.zeros((len(tasks), len(per_slot)))
+    counts = np.zeros((len(tasks), len(per_slot)))
+    for slot, records in enumerate(per_slot):
+        for record in records:
+            task = index[(record.env_id, record.seed)]
+            totals[task, slot] += record.reward
+            counts[task, slot] += 1
+    if (counts == 0).any():
+        raise ValueError("routing targets: a slot did not play every seed the base played")
+    return tasks, totals / counts

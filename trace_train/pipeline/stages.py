@@ -226,7 +226,7 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
 
     moe = moe if moe is not None else MoEConfig()
     if moe.gate.scope == "episode":
-        return compose_episode_router(cfg, model_dir, train_outputs, out_dir, moe, before_iteration)
+        return compose_episode_router(cfg, model_dir, train_outputs, out_dir, moe, before_iteration, gate_env)
     if moe.train.method == "routing_targets" and gate_env is None:
         raise ValueError("moe.train.method=routing_targets needs the target env to play")
     names = list(train_outputs)
@@ -264,11 +264,15 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
 
 
 def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
-                           out_dir: Path, moe: MoEConfig, before_iteration: int | None = None) -> dict[str, Any]:
+                           out_dir: Path, moe: MoEConfig, before_iteration: int | None = None,
+                           gate_env: tuple[Any, dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """``moe.gate.scope=episode``: the adapters composed under one learned router that reads each episode's first
-    user message (``trace_moe.episode_router``), fitted on the adapters' successful rollouts (a tenth of the distinct
-    requests held out for the routing summary)."""
+    user message (``trace_moe.episode_router``). ``moe.train.method=supervised`` fits it on the adapters'
+    successful rollouts, each labelled with its capability; ``routing_targets`` on the target's training seeds,
+    each request's target from the reward every slot alone earns on it (``moe.routing``, played on ``gate_env``).
+    A tenth of the distinct requests is held out for the routing summary."""
     import numpy as np
+    import torch
     from transformers import AutoTokenizer
 
     from trace_moe import ComposedModel
@@ -278,25 +282,42 @@ def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: d
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
                                              moe.gate, adapter_names=names)
-    examples = router_examples(train_outputs, ["base", *names], moe.episode_router.examples_per_capability,
-                               before_iteration)
+    outputs: dict[str, Any] = {}
+    if moe.train.method == "routing_targets":
+        if gate_env is None:
+            raise ValueError("moe.train.method=routing_targets needs the target env to play")
+        from trace_train.pipeline.gate_targets import play_slots, routing_target_requests
+
+        per_slot = play_slots(cfg, model_dir, {n: train_outputs[n]["adapter_dir"] for n in names}, moe.routing,
+                              *gate_env)
+        requests, targets, outputs["routing_targets"] = routing_target_requests(per_slot, ["base", *names],
+                                                                                moe.routing.label)
+        examples = list(zip(requests, targets))
+        missing = "no slot earned reward on any of the target seeds the routing targets played"
+    else:
+        slots = router_examples(train_outputs, ["base", *names], moe.episode_router.examples_per_capability,
+                                before_iteration)
+        examples = [(text, np.eye(len(names) + 1)[slot]) for text, slot in slots]
+        missing = "no successful capability-env rollouts to train the router on"
     if not examples:
-        return {"skipped": "no successful capability-env rollouts to train the router on"}
+        return {"skipped": missing}
     encode = ChatRenderer(AutoTokenizer.from_pretrained(model_dir)).request_ids
     # the members of a group share their request: hold out a tenth of the distinct requests, not of the episodes
     texts = sorted({t for t, _ in examples})
     held_texts = {texts[i] for i in np.random.default_rng(0).permutation(len(texts))[:max(1, len(texts) // 10)]}
     held = [e for e in examples if e[0] in held_texts]
     train = [e for e in examples if e[0] not in held_texts] or held
-    router = train_episode_router(composed, [encode(t) for t, _ in train], [y for _, y in train], moe.episode_router)
+    router = train_episode_router(composed, [encode(t) for t, _ in train],
+                                  torch.tensor(np.stack([p for _, p in train])), moe.episode_router)
     summary = summarize_routing(router, request_features(composed, [encode(t) for t, _ in held], router.pool),
-                                [y for _, y in held])
+                                [int(np.argmax(p)) for _, p in held])
     composed.save(out_dir / "composed")
     router.save(out_dir / "composed")
     write_json_atomic(out_dir / "routing_report.json", {"scope": "episode", **summary.to_dict()})
     write_json_atomic(out_dir / "compose_metrics.json", {"scope": "episode", "examples": len(train),
-                                                         "held_out": len(held)})
-    return {"composed_dir": str(out_dir / "composed"), "gate_rollouts": 0,
+                                                         "held_out": len(held), **outputs})
+    return {**outputs, "composed_dir": str(out_dir / "composed"),
+            "gate_rollouts": outputs.get("routing_targets", {}).get("rollouts", 0),
             "routing_accuracy": summary.episode_accuracy}
 
 
