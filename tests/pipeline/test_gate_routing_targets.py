@@ -12,22 +12,29 @@ from trace_train.paths import shipped_checkpoint
 from trace_train.pipeline.gate_targets import routing_target_requests
 
 
-def test_routing_target_gates_play_the_target_and_count_in_traces_budget(run_pipeline, tmp_path):
-    run_dir = tmp_path / "run"
+def _routed_run(run_pipeline, run_dir, *moe_overrides):
+    """A one-adapter pipeline run whose composition plays 8 target seeds per slot; returns (stages, compose
+    outputs) after checking that it finished and that TRACE's budget counts those 16 episodes."""
     out = run_pipeline(run_dir, shipped_checkpoint("retail-sim-tiny"), "pipeline.baselines=[]",
                        "pipeline.capabilities=[precondition_verification]", "pipeline.report.routing_sample=0",
-                       "moe.train.method=routing_targets", "moe.routing.seeds=8", "moe.routing.samples=1")
+                       "moe.train.method=routing_targets", "moe.routing.seeds=8", "moe.routing.samples=1",
+                       *moe_overrides)
     assert out.returncode == 0, out.stderr[-3000:]
     stages = json.loads((run_dir / "pipeline.json").read_text())["stages"]
     compose = stages["compose"]["outputs"]
     assert "skipped" not in compose, compose
-    routing = compose["routing_targets"]
-    assert routing["rollouts"] == 8 * 2 == compose["gate_rollouts"]  # 8 seeds x (base, one adapter)
-    assert set(routing["slot_mean_reward"]) == {"base", "precondition_verification"}
-    assert sum(routing["examples"].values()) > 0
+    assert compose["routing_targets"]["rollouts"] == 8 * 2 == compose["gate_rollouts"]  # 8 seeds x (base, adapter)
     adapter_rollouts = stages["train/precondition_verification"]["outputs"]["rollouts"]
     curves = json.loads((run_dir / "eval" / "sample_efficiency.json").read_text())["curves"]
     assert curves["TRACE"][0][0] == adapter_rollouts + 16
+    return stages, compose
+
+
+def test_routing_target_gates_play_the_target_and_count_in_traces_budget(run_pipeline, tmp_path):
+    _, compose = _routed_run(run_pipeline, tmp_path / "run")
+    routing = compose["routing_targets"]
+    assert set(routing["slot_mean_reward"]) == {"base", "precondition_verification"}
+    assert sum(routing["examples"].values()) > 0
 
 
 def _played(rewards_per_slot, texts):
@@ -58,19 +65,9 @@ def test_episode_router_targets_are_each_seeds_reward_distribution_or_its_best_s
 
 def test_the_episode_router_learns_from_the_targets_routing_targets(run_pipeline, tmp_path):
     run_dir = tmp_path / "run"
-    out = run_pipeline(run_dir, shipped_checkpoint("retail-sim-tiny"), "pipeline.baselines=[]",
-                       "pipeline.capabilities=[precondition_verification]", "pipeline.report.routing_sample=0",
-                       "moe.gate.scope=episode", "moe.train.method=routing_targets", "moe.routing.seeds=8",
-                       "moe.routing.samples=1", "moe.routing.greedy=true", "moe.routing.label=best")
-    assert out.returncode == 0, out.stderr[-3000:]
-    stages = json.loads((run_dir / "pipeline.json").read_text())["stages"]
-    compose = stages["compose"]["outputs"]
-    assert "skipped" not in compose, compose
+    _, compose = _routed_run(run_pipeline, run_dir, "moe.gate.scope=episode", "moe.routing.greedy=true",
+                             "moe.routing.label=best")
     routing = compose["routing_targets"]
-    assert routing["rollouts"] == 8 * 2 == compose["gate_rollouts"] and routing["requests"] == 8
-    assert sum(routing["target_mass"].values()) == 8
+    assert routing["requests"] == 8 and sum(routing["target_mass"].values()) == 8
     report = json.loads((run_dir / "compose" / "routing_report.json").read_text())
     assert report["scope"] == "episode" and report["episodes"] == 1  # a tenth of 8 distinct requests, at least one
-    adapter_rollouts = stages["train/precondition_verification"]["outputs"]["rollouts"]
-    curves = json.loads((run_dir / "eval" / "sample_efficiency.json").read_text())["curves"]
-    assert curves["TRACE"][0][0] == adapter_rollouts + 16

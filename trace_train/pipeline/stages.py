@@ -225,10 +225,10 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     from trace_moe.token_labels import label_examples
 
     moe = moe if moe is not None else MoEConfig()
-    if moe.gate.scope == "episode":
-        return compose_episode_router(cfg, model_dir, train_outputs, out_dir, moe, before_iteration, gate_env)
     if moe.train.method == "routing_targets" and gate_env is None:
         raise ValueError("moe.train.method=routing_targets needs the target env to play")
+    if moe.gate.scope == "episode":
+        return compose_episode_router(cfg, model_dir, train_outputs, out_dir, moe, before_iteration, gate_env)
     names = list(train_outputs)
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
                                              moe.gate, adapter_names=names)
@@ -283,9 +283,7 @@ def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: d
     composed = ComposedModel.from_pretrained(model_dir, [train_outputs[n]["adapter_dir"] for n in names],
                                              moe.gate, adapter_names=names)
     outputs: dict[str, Any] = {}
-    if moe.train.method == "routing_targets":
-        if gate_env is None:
-            raise ValueError("moe.train.method=routing_targets needs the target env to play")
+    if moe.train.method == "routing_targets":  # gate_env checked by compose_adapters
         from trace_train.pipeline.gate_targets import play_slots, routing_target_requests
 
         per_slot = play_slots(cfg, model_dir, {n: train_outputs[n]["adapter_dir"] for n in names}, moe.routing,
