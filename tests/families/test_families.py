@@ -207,6 +207,62 @@ def test_multi_step_dense_reward():
     assert seen == {2, 3, 4, 5}
 
 
+def _gold_then(env, seed, extra):
+    """Play the gold writes of ``seed`` as tool calls, then the calls ``extra(db, requested ids)`` returns."""
+    def actions(task):
+        gold = [format_tool_call(name, args) for name, args in task["gold"]["actions"]]
+        requested = {r["entity_id"] for r in task["gold"]["requests"]}
+        return [*gold, *extra(env.unwrapped._episode.db, requested), "All of your requests are done."]
+    return _play_actions(env, seed, actions)
+
+
+def test_multi_step_completion_weight_blends_all_or_nothing_success():
+    """Skipping one request earns the dense (n - 1) / n at weight 0, half of it at 0.5, nothing at 1."""
+    def skip_second(task):
+        gold = [format_tool_call(name, args) for name, args in task["gold"]["actions"]]
+        return [gold[0], *gold[2:], "All of your requests are done."]
+
+    for weight in (0.0, 0.5, 1.0):
+        env = gym.make("trace/multi_step_task_completion-v0", min_ops=3, max_ops=3, completion_weight=weight)
+        reward, info = _play_actions(env, 3, skip_second)
+        assert not info["success"] and (info["ops_done"], info["ops_required"]) == (2, 3)
+        assert reward == pytest.approx((1 - weight) * 2 / 3)
+        assert play(env, FamilyExpert(), 3)[0] == 1.0
+    with pytest.raises(ValueError, match="completion_weight"):
+        gym.make("trace/multi_step_task_completion-v0", completion_weight=1.5)
+
+
+def _cancel(order_id):
+    return format_tool_call("cancel_pending_order", {"order_id": order_id, "reason": "no longer needed"})
+
+
+def _unrequested_pending(db, requested):
+    return [o for o, rec in db["orders"].items() if rec["status"] == "pending" and o not in requested]
+
+
+def test_multi_step_reward_counts_stray_writes():
+    """Going on past the last request to change an order nobody asked about lowers the dense reward."""
+    env = gym.make("trace/multi_step_task_completion-v0", min_ops=2, max_ops=3)
+    checked = 0
+    for seed in range(16, 42):  # seeds 19, 26, 29, 31 and 40 have a pending order nobody asks about
+        reward, info = _gold_then(env, seed, lambda db, requested: [])
+        n_ops = info["ops_required"]
+        assert (reward, info["success"], info["stray_writes"]) == (1.0, True, 0)
+        # a write the tool refuses (no such order) changes nothing and is not a stray write
+        reward, info = _gold_then(env, seed, lambda db, requested: [_cancel("#W0000000")])
+        assert (reward, info["success"], info["stray_writes"]) == (1.0, True, 0)
+        _, reset_info = env.reset(seed=seed)
+        requested = {r["entity_id"] for r in reset_info["task"]["gold"]["requests"]}
+        if not _unrequested_pending(env.unwrapped._episode.db, requested):
+            continue
+        stray = lambda db, requested: [_cancel(_unrequested_pending(db, requested)[0])]  # noqa: E731
+        reward, info = _gold_then(env, seed, stray)
+        assert info["stray_writes"] == 1 and not info["success"]
+        assert reward == pytest.approx(n_ops / (n_ops + 1))
+        checked += 1
+    assert checked == 5
+
+
 def test_precision_prefilled_conversation():
     env = gym.make("trace/tool_calling_precision-v0", perturb_prob=1.0)
     obs, info = env.reset(seed=3)

@@ -22,6 +22,9 @@ REPLICATION = [
     "grpo.groups_per_iter=2", "grpo.group_size=4",
     "moe.grpo.iterations=1", "moe.grpo.groups_per_iter=2", "moe.grpo.group_size=2", "moe.grpo.max_new_tokens=24",
     "moe.grpo.progress=false",
+    # the episode router row plays 4 target seeds per slot; with 24-token turns no slot solves one, so every seed
+    # is kept one-hot on its best slot (the quick preset's `solvers` would leave none)
+    "moe.routing.seeds=4", "moe.routing.label=best",
 ]
 
 
@@ -92,9 +95,14 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
     assert "grpo_target" not in tables["efficiency"]  # its points are the 4x run's first two
     assert len(tables["goals"]) == 8 and all(g["met"] in (True, False) for g in tables["goals"])
     assert tables["goals"][4]["goal"].startswith("TRACE (episode router): ")
-    # the episode router routes each episode once, to an adapter (it never saw a base-labelled example)
+    # the episode router is fitted to the target's routing targets (every slot, the base too, plays the 4 routing
+    # seeds: its rollouts are reported) and routes each held-out episode once
+    routing = stages["replication/compose/episode_router"]["outputs"]
+    assert routing["gate_rollouts"] == 4 * (1 + len(caps))
+    assert main["TRACE (episode router)"]["rollouts"] == 16 + 4 * (1 + len(caps))
     episode_routed = run_dir / "replication/eval/TRACE (episode router)/trajectories_TRACE (episode router).jsonl"
-    assert all(json.loads(line)["info"]["route"]["label"] in caps for line in episode_routed.read_text().splitlines())
+    assert all(json.loads(line)["info"]["route"]["label"] in ("base", *caps)
+               for line in episode_routed.read_text().splitlines())
     # the task-level router routes each episode once, from the analysis' descriptions of the adapters
     routed = run_dir / "replication/eval/task-level router/trajectories_task-level router.jsonl"
     routes = [json.loads(line)["info"]["route"] for line in routed.read_text().splitlines()]

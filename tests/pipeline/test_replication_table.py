@@ -77,6 +77,14 @@ def test_the_episode_router_row_gets_its_own_goal_lines_after_traces():
     verdicts = [g["met"] for g in tables["goals"]]
     assert verdicts[:3] == [False, False, False] and verdicts[4:7] == [True, True, True]
     assert "0.405" in tables["goals"][4]["detail"]  # the episode router's own mean, not TRACE's
+    # with its routing episodes recorded, the row and its 1/4-rollout goal use its own budget
+    routed = build_tables(rows + _rows({"grpo_target_4x": [0.35, 0.36]}), {},
+                          {"TRACE": 100, "TRACE (episode router)": 400, "grpo_target_4x": 1000},
+                          seeds=[0, 1], n_adapters=1)
+    assert routed["main"]["TRACE (episode router)"]["rollouts"] == 400 and routed["main"][TRACE]["rollouts"] == 100
+    quarter = [g for g in routed["goals"] if g["goal"].endswith("with <= 1/4 of its rollouts")]
+    assert [g["met"] for g in quarter] == [False, False]  # TRACE scores below; the router uses 400 > 1000 / 4
+    assert "with 400 rollouts" in quarter[1]["detail"] and "with 100 rollouts" in quarter[0]["detail"]
 
 
 def test_routing_and_scale_tables_include_trace_itself():

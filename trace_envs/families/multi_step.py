@@ -2,8 +2,15 @@
 
 Transfer rationale: the target's failures of this capability finish the first request and stop (or
 drop later ones). Each episode opens with several allowed write requests, each on its own entity, all
-stated at once; the agent must carry out every one. Dense reward = fraction of the required entity
-state changes that match the gold replay; ``success`` = the whole end state equals gold.
+stated at once; the agent must carry out every one. Dense reward = the required entities whose end state
+matches the gold replay, over the required entities plus the stray writes (successful write calls that
+name no requested entity), blended with the all-or-nothing ``success`` (the whole end state equals gold) by
+``completion_weight`` (0: the dense fraction alone; 1: the paper-era env's all-or-nothing reward).
+
+Why stray writes count: without them the dense reward never falls when the agent goes on past the last
+request to change orders nobody asked about, so GRPO could learn to keep writing for free. Why the
+completion weight: the shipped base mostly fails by skipping one request in the middle, which the dense
+fraction pays (n - 1) / n (measured in the README, "Session 22").
 """
 
 from __future__ import annotations
@@ -19,16 +26,20 @@ MAX_OPS = 5
 
 
 class MultiStepTaskCompletionEnv(FamilyEnv):
-    """Difficulty knobs: ``min_ops`` / ``max_ops`` (2-5 operations per task, drawn uniformly)."""
+    """Difficulty knobs: ``min_ops`` / ``max_ops`` (2-5 operations per task, drawn uniformly); reward knob:
+    ``completion_weight`` in [0, 1], the weight of all-or-nothing success against the dense fraction."""
 
     capability = "multi_step_task_completion"
 
     def __init__(self, domain: str = "retail-sim", min_ops: int = 2, max_ops: int = 3, max_steps: int = 40,
-                 max_errors: int = 5, render_mode: str | None = None):
+                 max_errors: int = 5, completion_weight: float = 0.0, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         if not 2 <= min_ops <= max_ops <= MAX_OPS:
             raise ValueError(f"need 2 <= min_ops <= max_ops <= {MAX_OPS}, got {min_ops}, {max_ops}")
+        if not 0.0 <= completion_weight <= 1.0:
+            raise ValueError(f"completion_weight must be in [0, 1], got {completion_weight}")
         self.min_ops, self.max_ops = int(min_ops), int(max_ops)
+        self.completion_weight = float(completion_weight)
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
         n_ops = int(rng.integers(self.min_ops, self.max_ops + 1))
@@ -43,7 +54,26 @@ class MultiStepTaskCompletionEnv(FamilyEnv):
         final, gold = domain.entity_states(episode.db), domain.entity_states(episode.gold_db)
         keys = [domain.entity_key(r) for r in episode.requests]
         done = [final.get(k) == gold.get(k) for k in keys]
-        reward = sum(done) / len(keys)
+        stray = stray_writes(episode)
+        dense = sum(done) / (len(keys) + stray)
         success = episode.db_matches_gold()
-        return Score(reward, success, {"fraction_done": reward, "db": float(success)},
-                     {"ops_done": int(sum(done)), "ops_required": len(keys)})
+        reward = (1.0 - self.completion_weight) * dense + self.completion_weight * float(success)
+        return Score(reward, success, {"fraction_done": sum(done) / len(keys), "db": float(success)},
+                     {"ops_done": int(sum(done)), "ops_required": len(keys), "stray_writes": stray})
+
+
+def stray_writes(episode: FamilyEpisode) -> int:
+    """Successful write calls whose arguments name none of the episode's requested entities."""
+    requested = {r.entity_id for r in episode.requests}
+    return sum(1 for call in episode.write_calls
+               if not call["error"] and not requested.intersection(_argument_strings(call["arguments"])))
+
+
+def _argument_strings(arguments: Any) -> set[str]:
+    if isinstance(arguments, str):
+        return {arguments}
+    if isinstance(arguments, dict):
+        return set().union(*(_argument_strings(v) for v in arguments.values())) if arguments else set()
+    if isinstance(arguments, list):
+        return set().union(*(_argument_strings(v) for v in arguments)) if arguments else set()
+    return set()

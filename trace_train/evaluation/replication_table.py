@@ -67,9 +67,9 @@ def build_tables(rows: Sequence[PolicyRow], curves: Mapping[str, Sequence[Mappin
     main = _grouped(rows, "main")
     ordered = {name: {**main[name], "label": LABELS.get(name, name), "rollouts": budgets.get(name)}
                for name in _main_order(main)}
-    for name in (TRACE, EPISODE_ROUTED):  # the same adapters: TRACE's budget (the episode router plays nothing)
+    for name in (TRACE, EPISODE_ROUTED):  # the adapters' rollouts plus what the row's gates played
         if name in ordered:
-            ordered[name]["rollouts"] = budgets.get("TRACE")
+            ordered[name]["rollouts"] = budgets.get(name, budgets.get("TRACE"))
     routing = _grouped(rows, "routing")
     if TRACE in main:
         routing = {"top-1": main[TRACE], **routing}
@@ -123,7 +123,7 @@ def goals(main: Mapping[str, Any], budgets: Mapping[str, int], trace_row: str = 
     if target is None:
         add("TRACE reaches GRPO-on-target's final score with <= 1/4 of its rollouts", None, "no 4x GRPO-on-target row")
     else:
-        ours, theirs = budgets.get("TRACE", 0), budgets.get("grpo_target_4x", 0)
+        ours, theirs = budgets.get(trace_row, budgets.get("TRACE", 0)), budgets.get("grpo_target_4x", 0)
         add("TRACE reaches GRPO-on-target's final score with <= 1/4 of its rollouts",
             trace >= target and ours * 4 <= theirs,
             f"TRACE {trace:.3f} with {ours} rollouts vs GRPO on target {target:.3f} with {theirs}")

@@ -75,8 +75,9 @@ class ReplicationStageConfig:
     adapters beside the prompted base with the same k descriptions. ``task_router``: the task-level router over the
     adapters. ``gate_grpo``: gates trained by gate-only GRPO on the ``target`` and/or the capability envs'
     ``mixture``. ``trace_curve``: TRACE composed from each adapter checkpoint (its sample-efficiency curve).
-    ``episode_router``: the adapters composed under the learned episode-level router (``moe.gate.scope=episode``)
-    beside the token-level gates."""
+    ``episode_router``: the adapters composed under the learned episode-level router (``moe.gate.scope=episode``),
+    fitted to the target's routing targets (``moe.routing``) as the quick preset's TRACE is, beside the token-level
+    gates."""
 
     extra_seeds: list[int] = field(default_factory=list)
     top_k: list[int] = field(default_factory=list)

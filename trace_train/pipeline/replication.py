@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trace_envs.records import write_json_atomic
-from trace_train.evaluation.replication_table import PolicyRow, build_tables
+from trace_train.evaluation.replication_table import EPISODE_ROUTED, PolicyRow, build_tables
 from trace_train.pipeline.stage_runner import content_hash
 from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters
 
@@ -55,6 +55,7 @@ class Replication:
         self.model, self.envs, self.h_train, self.h_eval = model, envs, h_train, h_eval
         self.runner = pipeline.runner
         self.own_seed = pipeline.grpo_cfg.seed
+        self.gate_rollouts: dict[str, int] = {}  # per own-seed variant row: the rollouts its gates played
 
     # -- orchestration -------------------------------------------------------------------------
     def run(self, own: TrainedRun) -> dict[str, Any]:
@@ -67,9 +68,12 @@ class Replication:
         rows.extend(self._prompted_scale_rows(own))
         curves = self._curves(own) if self.rep.trace_curve else {}
         gate_rollouts = (own.composed or {}).get("gate_rollouts", 0)  # what the gates played (target or envs)
-        budgets = {"TRACE": sum(t["rollouts"] for t in own.trained.values()) + gate_rollouts}
+        adapter_rollouts = sum(t["rollouts"] for t in own.trained.values())
+        budgets = {"TRACE": adapter_rollouts + gate_rollouts}
         budgets.update({name: b["rollouts"] for name, b in own.baselines.items()})
         budgets.update({cap: t["rollouts"] for cap, t in own.trained.items()})
+        if EPISODE_ROUTED in self.gate_rollouts:  # the same adapters plus the routing episodes it played
+            budgets[EPISODE_ROUTED] = adapter_rollouts + self.gate_rollouts[EPISODE_ROUTED]
         seeds = [run.seed for run in runs]
         h = content_hash(self.h_eval, "tables", [asdict(r) for r in rows], curves, budgets, seeds)
         return self.runner.run("replication/tables", h,
@@ -139,11 +143,14 @@ class Replication:
                                                                                                    m.train.method)),
                                     ("gate_grpo", where)))
         if self.rep.episode_router and moe.gate.scope != "episode":
+            # the quick preset's TRACE: the global router fitted to the target's routing targets (moe.routing)
             routed = replace(moe, gate=replace(moe.gate, scope="episode"),
-                             train=replace(moe.train, method="supervised"))
-            variants.append(Variant(f"replication/compose/episode_router{tag}", "main", "TRACE (episode router)", seed,
-                                    lambda d, m=routed: compose_adapters(cfg, self.model, trained, d, m),
-                                    ("episode_router", True)))
+                             train=replace(moe.train, method="routing_targets"))
+            variants.append(Variant(f"replication/compose/episode_router{tag}", "main", EPISODE_ROUTED, seed,
+                                    lambda d, m=routed: compose_adapters(
+                                        cfg, self.model, trained, d, m,
+                                        gate_env=self.p.gate_env(self.envs, m.train.method)),
+                                    ("episode_router", "routing_targets")))
         return variants
 
     def _variant_rows(self, run: TrainedRun) -> list[PolicyRow]:
@@ -156,6 +163,8 @@ class Replication:
                 logger.warning("%s skipped: %s", v.stage, out["skipped"])
                 continue
             name = seeded(v.row, v.seed, self.own_seed)
+            if v.seed == self.own_seed:
+                self.gate_rollouts[v.row] = out.get("gate_rollouts", 0)
             spec = base_spec(self.cfg, self.model, v.row, out["composed_dir"], kind="composed")
             rows.extend(self._evaluate({name: spec}, table=v.table, seed=v.seed, row=v.row))
         if self.rep.task_router and run.composed:
