@@ -59,3 +59,18 @@ def test_packing_is_validated_inherited_by_the_stages_below_and_absent_from_padd
     assert own.parent.packing == "none"
     assert own.parent.content_hash() == BootstrapConfig(**parent).content_hash()  # padding: the hash it always had
     assert child.parent.content_hash() != own.parent.content_hash()
+
+
+def test_atomic_numbers_are_validated_inherited_by_the_stages_below_and_absent_from_hashes_without_them():
+    with pytest.raises(ConfigError, match="bootstrap.atomic_numbers must be >= 0"):
+        BootstrapConfig.from_dict({"atomic_numbers": -1})
+    parent = {**TINY, "steps": 4}
+    plain = BootstrapConfig.from_dict({**TINY, "init_from": parent})
+    numbered = BootstrapConfig.from_dict({**TINY, "atomic_numbers": 500, "init_from": parent})
+    assert numbered.parent.atomic_numbers == 500  # the first stage trains the tokenizer the chain keeps
+    assert plain.content_hash() == BootstrapConfig.from_dict({**TINY, "atomic_numbers": 0, "init_from": parent}).content_hash()
+    assert numbered.parent.content_hash() != plain.parent.content_hash()
+    assert numbered.content_hash() != plain.content_hash()
+    mixed = BootstrapConfig.from_dict({**TINY, "atomic_numbers": 500, "init_from": {**parent, "atomic_numbers": 0}})
+    with pytest.raises(ValueError, match="keeps the first stage's tokenizer"):
+        mixed.parent

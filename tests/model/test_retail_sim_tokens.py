@@ -51,3 +51,24 @@ def test_expert_episodes_encode_and_parse_back(retail):
                     for v in value if isinstance(value, list) else [value]:
                         if isinstance(v, str) and v in atoms:
                             assert v in tokens[p:p + n]
+
+
+def test_atomic_numbers_make_prices_and_totals_one_token_without_splitting_ids(retail):
+    from trace_train.bootstrap.data import domain_vocabulary
+
+    episodes, vocab, _ = retail
+    assert domain_vocabulary(0) == list(dict.fromkeys(domain_vocabulary(0)))  # no duplicates, pools first
+    numbers = domain_vocabulary(500)
+    assert numbers[: len(domain_vocabulary(0))] == domain_vocabulary(0) and numbers[-1] == "499"
+    tok = build_tokenizer(chat_corpus(episodes), numbers, vocab_size=800, seed=0)
+    order_id = next(a for a in vocab if a.startswith("#W"))
+    cases = {'"price":127,': "127", '{"expression":"127 + 111 + 28"}': "111", "You paid $266 for order": "266",
+             "costs at most 93 dollars.": "93"}
+    for text, number in cases.items():
+        tokens = tok.convert_ids_to_tokens(tok.encode(text, add_special_tokens=False))
+        assert number in tokens, (text, tokens)
+    digits_only = build_tokenizer(chat_corpus(episodes), vocab, vocab_size=800, seed=0)
+    assert "127" not in digits_only.convert_ids_to_tokens(digits_only.encode('"price":127,'))
+    for atom in (order_id, *[a for a in vocab if a.isdigit()][:50]):  # item ids and zips stay whole
+        assert tok.convert_ids_to_tokens(tok.encode(f'"{atom}"', add_special_tokens=False)).count(atom) == 1
+    assert tok.convert_ids_to_tokens(tok.encode("1000", add_special_tokens=False)) != ["1000"]

@@ -42,6 +42,11 @@ class BootstrapConfig:
     vocab_size: int = 1024
     tokenizer_episodes: int = 1500
     render_tools: bool = False  # tiny models learn the tools from data; schemas would triple the context
+    # The integers 0 .. atomic_numbers - 1 as single tokens (0: digits stay one token each, as the shipped base).
+    # A tiny model copies a value from its context only when the value is one token (reference/
+    # tiny-model-atomic-ids.md); prices, price bounds and totals are values the agent copies. Read when the
+    # tokenizer is trained (the first stage); an ``init_from`` stage that does not set it inherits it.
+    atomic_numbers: int = 0
     knobs: KnobsConfig = field(default_factory=KnobsConfig)
     steps: int = 2000
     batch_size: int = 8
@@ -93,6 +98,8 @@ class BootstrapConfig:
     def __post_init__(self) -> None:
         if self.packing not in BOOTSTRAP_PACKING:
             raise ValueError(f"bootstrap.packing must be one of {BOOTSTRAP_PACKING}, got {self.packing!r}")
+        if self.atomic_numbers < 0:
+            raise ValueError(f"bootstrap.atomic_numbers must be >= 0, got {self.atomic_numbers}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
@@ -103,8 +110,14 @@ class BootstrapConfig:
     def parent(self) -> "BootstrapConfig | None":
         if not self.init_from:
             return None
-        # a stage that does not set its own packing inherits its child's: `bootstrap.packing=packed` packs the chain
-        return BootstrapConfig.from_dict({"packing": self.packing, **self.init_from}, "bootstrap.init_from")
+        # a stage that does not set its own packing (or atomic_numbers) inherits its child's:
+        # `bootstrap.packing=packed` packs the chain
+        inherited = {"packing": self.packing, "atomic_numbers": self.atomic_numbers}
+        parent = BootstrapConfig.from_dict({**inherited, **self.init_from}, "bootstrap.init_from")
+        if parent.atomic_numbers != self.atomic_numbers:  # a stage trains on its first stage's tokenizer
+            raise ValueError(f"bootstrap.atomic_numbers={self.atomic_numbers} differs from its init_from stage's "
+                             f"{parent.atomic_numbers}: every stage of a chain keeps the first stage's tokenizer")
+        return parent
 
     @property
     def last_step(self) -> int:
@@ -117,6 +130,8 @@ class BootstrapConfig:
             relevant.pop(key)
         if self.packing == "none":  # configs that pad keep the hashes they had before packing existed
             relevant.pop("packing")
+        if not self.atomic_numbers:  # nor configs whose digits stay single tokens
+            relevant.pop("atomic_numbers")
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
         for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):  # nor configs without hints / notes

@@ -111,8 +111,10 @@ def copy_mask(ids: Sequence[int], loss_mask: Sequence[int], entity_ids: set[int]
     return out
 
 
-def domain_vocabulary() -> list[str]:
-    return atomic_vocabulary() + [w for w in tool_vocabulary() if w not in set(atomic_vocabulary())]
+def domain_vocabulary(atomic_numbers: int = 0) -> list[str]:
+    """The tokenizer's atomic tokens: pool strings, tool vocabulary, then the integers below ``atomic_numbers``."""
+    words = atomic_vocabulary() + tool_vocabulary() + [str(n) for n in range(atomic_numbers)]
+    return list(dict.fromkeys(words))
 
 
 def train_tokenizer(cfg: BootstrapConfig):
@@ -120,7 +122,7 @@ def train_tokenizer(cfg: BootstrapConfig):
     records = expert_episodes(cfg, seeds, env_kwargs={})  # the target's text, whatever the curriculum
     corpus = [render_chat(r.messages, r.info.get("tools") if cfg.render_tools else None,
                           add_generation_prompt=False) for r in records]
-    tokenizer = build_tokenizer(corpus, domain_vocabulary(), vocab_size=cfg.vocab_size, seed=cfg.seed)
+    tokenizer = build_tokenizer(corpus, domain_vocabulary(cfg.atomic_numbers), vocab_size=cfg.vocab_size, seed=cfg.seed)
     # The tool-rendering style travels with the tokenizer, so rollouts render exactly what BC saw.
     tokenizer.chat_template = chat_template("full" if cfg.render_tools else "none")
     return tokenizer
