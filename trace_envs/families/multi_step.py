@@ -72,8 +72,5 @@ def stray_writes(episode: FamilyEpisode) -> int:
 def _argument_strings(arguments: Any) -> set[str]:
     if isinstance(arguments, str):
         return {arguments}
-    if isinstance(arguments, dict):
-        return set().union(*(_argument_strings(v) for v in arguments.values())) if arguments else set()
-    if isinstance(arguments, list):
-        return set().union(*(_argument_strings(v) for v in arguments)) if arguments else set()
-    return set()
+    values = arguments.values() if isinstance(arguments, dict) else arguments if isinstance(arguments, list) else ()
+    return set().union(*(_argument_strings(v) for v in values))
