@@ -19,7 +19,7 @@ import logging
 import math
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,14 @@ class CapabilityLabel:
 
 @dataclass
 class RouteDecision:
-    """The chosen slot (0 = base), its label name, and every label's score (log-prob)."""
+    """The chosen slot (0 = base), its label name, and every scored label's score (log-prob).
+
+    ``similarities``: a retrieval router's best cosine similarity per retrieved capability (empty otherwise)."""
 
     slot: int
     label: str
     scores: dict[str, float]
+    similarities: dict[str, float] = field(default_factory=dict)
 
 
 def first_user_message(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -100,8 +103,29 @@ class TaskLevelRouter:
         """Label names in slot order: ``['base', capability names...]``."""
         return ["base"] + [c.name for c in self.capabilities]
 
-    def prompt(self, request: str) -> str:
-        lines = [f"{lab}: {cap.description}" for lab, cap in zip(self.label_strings, self.capabilities)]
+    def _listed(self, candidates: Sequence[str] | None) -> list[tuple[str, CapabilityLabel]]:
+        """``(label string, capability)`` in listing order: every capability, or only ``candidates`` in their
+        order, lettered from the first label string; the base label keeps the last string."""
+        by_name = {c.name: c for c in self.capabilities}
+        if candidates is None:
+            chosen = self.capabilities
+        else:
+            unknown = [c for c in candidates if c not in by_name]
+            if unknown or not candidates or len(set(candidates)) != len(candidates):
+                raise ValueError(f"candidates must be distinct capability names of {list(by_name)}, "
+                                 f"got {list(candidates)}")
+            chosen = [by_name[c] for c in candidates]
+        return list(zip(self.label_strings, chosen))
+
+    def prompt(self, request: str, candidates: Sequence[str] | None = None,
+               examples: Mapping[str, str] | None = None) -> str:
+        """The classification prompt; ``candidates`` lists only those capabilities (in that order) and
+        ``examples`` adds a request each of them solved (retrieval-augmented classification)."""
+        examples = examples or {}
+        lines = []
+        for lab, cap in self._listed(candidates):
+            example = f" Example: {examples[cap.name]}" if cap.name in examples else ""
+            lines.append(f"{lab}: {cap.description}{example}")
         lines.append(f"{self.label_strings[-1]}: {self.base_description}")
         return self.template.format(options="\n".join(lines), request=request)
 
@@ -109,11 +133,14 @@ class TaskLevelRouter:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     @torch.no_grad()
-    def scores(self, request: str) -> dict[str, float]:
-        """Sum of log-probs of each label's tokens after the prompt, keyed by name (slot order)."""
-        prompt_ids = self._encode(self.prompt(request))
-        label_ids = [self._encode(self.label_prefix + s) for s in
-                     [self.label_strings[-1]] + self.label_strings[:-1]]  # slot order: base first
+    def scores(self, request: str, candidates: Sequence[str] | None = None,
+               examples: Mapping[str, str] | None = None) -> dict[str, float]:
+        """Sum of log-probs of each listed label's tokens after the prompt, keyed by name (base first, then the
+        listed capabilities in listing order)."""
+        prompt_ids = self._encode(self.prompt(request, candidates, examples))
+        listed = self._listed(candidates)
+        names = ["base"] + [cap.name for _, cap in listed]
+        label_ids = [self._encode(self.label_prefix + s) for s in [self.label_strings[-1]] + [lab for lab, _ in listed]]
         if any(not ids for ids in label_ids):
             raise ValueError("a label string encodes to no tokens")
         ctx = _base_only(self.model)
@@ -130,14 +157,16 @@ class TaskLevelRouter:
             logp = logits.float().log_softmax(-1)
         out: dict[str, float] = {}
         p = len(prompt_ids)
-        for name, ids, row in zip(self.names, label_ids, logp):
+        for name, ids, row in zip(names, label_ids, logp):
             out[name] = float(sum(row[p - 1 + j, tok] for j, tok in enumerate(ids)))
         return out
 
-    def route(self, request: str | Sequence[Mapping[str, Any]]) -> RouteDecision:
-        """Top-1 label for a request text (or a message list: its first user message)."""
+    def route(self, request: str | Sequence[Mapping[str, Any]], candidates: Sequence[str] | None = None,
+              examples: Mapping[str, str] | None = None) -> RouteDecision:
+        """Top-1 label for a request text (or a message list: its first user message), among ``candidates``
+        and the base label when given."""
         text = request if isinstance(request, str) else first_user_message(request)
-        scores = self.scores(text)
+        scores = self.scores(text, candidates, examples)
         best = max(scores, key=scores.get)
         return RouteDecision(slot=self.names.index(best), label=best, scores=scores)
 

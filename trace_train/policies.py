@@ -4,8 +4,9 @@ Kinds: ``oracle`` and ``expert`` (scripted, retail-sim-style annotation required
 ``hf`` (a local HF model, optionally with a peft adapter directory in ``adapter``), ``composed``
 (the base in ``model`` with a saved MoE composition directory in ``adapter``), ``task_router`` (the same
 ``model`` + ``adapter``, each episode routed once to one adapter by the base model classifying its first user
-message against the capabilities' descriptions: ``route_descriptions`` or the composition's saved ones; see
-``trace_train.rollout.task_routed``) and
+message against the capabilities' descriptions: ``route_descriptions`` or the composition's saved ones; with
+``route_corpus``, a JSON file ``{capability: [solved request, ...]}``, the nearest solved requests narrow the
+candidates first; see ``trace_train.rollout.task_routed``) and
 ``openai`` (OpenAI-compatible servers such as vLLM at
 ``base_urls``, serving ``served_model``; ``model`` is the local directory of the served model's tokenizer; an
 ``adapter`` directory is loaded onto the servers; ``server`` holds ``OpenAIRolloutBackend`` options such as
@@ -15,7 +16,7 @@ message against the capabilities' descriptions: ``route_descriptions`` or the co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ class PolicySpec:
     served_model: str | None = None  # openai: the server's base model name (default: ``model``)
     server: dict[str, Any] = field(default_factory=dict)  # openai: OpenAIRolloutBackend options
     route_descriptions: dict[str, str] = field(default_factory=dict)  # task_router: adapter name -> description
+    route_corpus: str | None = None  # task_router: retrieval corpus file (trace_moe.retrieval_router)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "policy") -> "PolicySpec":
@@ -61,10 +63,19 @@ class PolicySpec:
             raise ValueError("a composed policy needs adapter=<directory written by trace-rl compose>")
         if spec.kind == "task_router" and not spec.adapter:
             raise ValueError("a task_router policy needs adapter=<directory written by trace-rl compose>")
-        if spec.route_descriptions and spec.kind != "task_router":
-            raise ValueError(f"{path}.route_descriptions is only read by a task_router policy, not {spec.kind}")
+        for key in ("route_descriptions", "route_corpus"):
+            if getattr(spec, key) and spec.kind != "task_router":
+                raise ValueError(f"{path}.{key} is only read by a task_router policy, not {spec.kind}")
         spec.name = spec.name or (Path(spec.adapter).name if spec.adapter else spec.kind)
         return spec
+
+    def hash_part(self) -> dict[str, Any]:
+        """The spec as stage hashes see it: ``route_corpus`` only when set, so specs made before it existed keep
+        their hashes."""
+        part = asdict(self)
+        if part["route_corpus"] is None:
+            part.pop("route_corpus")
+        return part
 
     @property
     def sampling(self) -> SamplingParams:
@@ -112,7 +123,8 @@ def build_backend(spec: PolicySpec) -> tuple[RolloutBackend, str | None]:
     if spec.kind == "task_router":
         from trace_train.rollout.task_routed import build_task_routed
 
-        return build_task_routed(spec.model, spec.adapter, spec.route_descriptions or None, threads=spec.threads,
+        return build_task_routed(spec.model, spec.adapter, spec.route_descriptions or None,
+                                 route_corpus=spec.route_corpus, threads=spec.threads,
                                  max_batch=spec.max_batch, policy_name=spec.name, render_tools=spec.render_tools,
                                  system_suffix=spec.system_suffix), None
     from trace_train.model import load_policy

@@ -205,3 +205,53 @@ def test_rollout_command_plays_the_task_router_policy_group(comp, played, tmp_pa
     saved = read_trajectories(out)
     assert [r.policy for r in saved] == ["task-router"] * 2
     assert [r.info["route"]["slot"] for r in saved] == [r.info["route"]["slot"] for r in records[:2]]
+
+
+def test_a_route_corpus_routes_by_the_nearest_solved_requests(comp, tmp_path):
+    import numpy as np
+
+    from trace_moe.retrieval_router import MeanPoolEmbedder, RetrievalRouter, write_route_corpus
+
+    base, plain, _ = comp
+    seeds = SEEDS[:4]
+    messages = [_first_user_message(seed) for seed in seeds]
+    corpus = {"returns": messages[:2], "address": messages[2:]}
+    path = write_route_corpus(tmp_path / "route_corpus.json", corpus)
+    spec = _spec(base, plain, route_descriptions=DESCRIPTIONS, route_corpus=str(path))
+    backend, _ = build_backend(spec)
+    assert isinstance(backend.router, RetrievalRouter)
+    records = backend.rollout(group_requests(ENV, {}, seeds), spec.sampling)
+
+    # the decision is the retrieval router's over the plain base (its embedder and classifier read slot 0 only)
+    model, tokenizer = load_policy(base)
+    labels = composition_labels(plain, DESCRIPTIONS)
+    router = RetrievalRouter(TaskLevelRouter(model, tokenizer, labels, label_strings=single_token_labels(tokenizer, 3)),
+                             corpus)
+    for i, record in enumerate(records):
+        expected = router.route(messages[i])
+        route = record.info["route"]
+        assert (route["slot"], route["label"]) == (expected.slot, expected.label)
+        assert route["similarities"] == pytest.approx(expected.similarities, abs=1e-5)
+        own = "returns" if i < 2 else "address"
+        assert route["similarities"][own] == pytest.approx(1.0, abs=1e-5)  # its own request is in the corpus
+        assert max(route["similarities"], key=route["similarities"].get) == own
+    composed_embedding = backend.router.embedder.embed(messages[:1])
+    assert np.allclose(composed_embedding, MeanPoolEmbedder(model, tokenizer).embed(messages[:1]), atol=1e-5)
+
+    with pytest.raises(ValueError, match="route_corpus is only read by a task_router"):
+        PolicySpec.from_dict({"kind": "composed", "model": str(base), "adapter": str(plain),
+                              "route_corpus": str(path)})
+    assert "route_corpus" not in _spec(base, plain).hash_part()  # specs without one keep their old hashes
+    assert spec.hash_part()["route_corpus"] == str(path)
+
+
+def test_rollout_command_names_a_missing_route_corpus(comp, tmp_path, capsys):
+    from tests.cli_runner import run_cli
+
+    base, _, described = comp
+    code, _, stderr = run_cli("rollout", "policy=task_router", f"policy.model={base}", f"policy.adapter={described}",
+                              f"policy.route_corpus={tmp_path / 'missing.json'}", "split=test", "episodes=1",
+                              f"out={tmp_path / 'out.jsonl'}", hydra_dir=tmp_path / "hydra", capsys=capsys)
+    assert code != 0
+    assert "policy.route_corpus" in stderr and "missing.json" in stderr
+    assert not (tmp_path / "out.jsonl").exists()

@@ -107,6 +107,11 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
     routed = run_dir / "replication/eval/task-level router/trajectories_task-level router.jsonl"
     routes = [json.loads(line)["info"]["route"] for line in routed.read_text().splitlines()]
     assert all(r["label"] in ("base", *caps) for r in routes)
+    # ... retrieving over the requests its adapters' GRPO runs solved (one corpus per run seed)
+    corpus = stages["replication/route_corpus"]["outputs"]
+    assert set(corpus["requests"]) <= set(caps) and sum(corpus["requests"].values()) > 0
+    assert stages["replication/route_corpus@s1"]["status"] == "done"
+    assert all(r["similarities"] and set(r["similarities"]) <= set(caps) for r in routes)
     # the prompted row with one description carries only the first capability's description
     prompted = run_dir / "replication/eval/prompted, 1 descriptions/trajectories_prompted, 1 descriptions.jsonl"
     system = json.loads(prompted.read_text().splitlines()[0])["messages"][0]["content"]

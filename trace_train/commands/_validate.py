@@ -276,3 +276,5 @@ def check_policy_spec(spec: Any, key: str) -> None:
         model_dir(spec.model, f"{key}.model")
     if spec.kind in ("hf", "composed", "task_router") and spec.adapter:
         existing_path(spec.adapter, f"{key}.adapter", "adapter directory")
+    if spec.kind == "task_router" and spec.route_corpus:
+        existing_path(spec.route_corpus, f"{key}.route_corpus", "route corpus JSON file")

@@ -73,8 +73,10 @@ class ReplicationStageConfig:
     besides the pipeline's own run, as ``<stage>@s<seed>`` stages; the tables report mean and spread over all.
     ``top_k``: the routing ablation (gates trained and run top-k). ``scale``: TRACE over the analysis' first k
     adapters beside the prompted base with the same k descriptions. ``task_router``: the task-level router over the
-    adapters. ``gate_grpo``: gates trained by gate-only GRPO on the ``target`` and/or the capability envs'
-    ``mixture``. ``trace_curve``: TRACE composed from each adapter checkpoint (its sample-efficiency curve).
+    adapters; ``task_router_corpus``: it retrieves over the adapters' solved training requests first (the paper's
+    final configs) rather than classifying zero-shot alone. ``gate_grpo``: gates trained by gate-only GRPO on the
+    ``target`` and/or the capability envs' ``mixture``. ``trace_curve``: TRACE composed from each adapter
+    checkpoint (its sample-efficiency curve).
     ``episode_router``: the adapters composed under the learned episode-level router (``moe.gate.scope=episode``),
     fitted to the target's routing targets (``moe.routing``) as the quick preset's TRACE is, beside the token-level
     gates."""
@@ -83,6 +85,7 @@ class ReplicationStageConfig:
     top_k: list[int] = field(default_factory=list)
     scale: list[int] = field(default_factory=list)
     task_router: bool = False
+    task_router_corpus: bool = True
     gate_grpo: list[str] = field(default_factory=list)
     trace_curve: bool = False
     episode_router: bool = False

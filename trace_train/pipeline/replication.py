@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from trace_envs.records import write_json_atomic
 from trace_train.evaluation.replication_table import EPISODE_ROUTED, PolicyRow, build_tables
 from trace_train.pipeline.stage_runner import content_hash
-from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters
+from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters, route_corpus_examples
 
 if TYPE_CHECKING:
     from trace_train.pipeline.run import Pipeline, TrainedRun
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 TRACE = "TRACE (composed)"
 TABLES = "replication/tables/tables.json"
+ROUTE_CORPUS_PER_CAPABILITY = 1024  # the newest solved training requests per adapter the task router retrieves over
 
 
 def seeded(name: str, seed: int, own_seed: int) -> str:
@@ -170,9 +171,26 @@ class Replication:
         if self.rep.task_router and run.composed:
             name = seeded("task-level router", run.seed, self.own_seed)
             spec = replace(base_spec(self.cfg, self.model, "task-level router", run.composed["composed_dir"],
-                                     kind="task_router"), route_descriptions=self._descriptions(run.trained))
+                                     kind="task_router"), route_descriptions=self._descriptions(run.trained),
+                           route_corpus=self._route_corpus(run, h) if self.rep.task_router_corpus else None)
             rows.extend(self._evaluate({name: spec}, table="main", seed=run.seed, row="task-level router"))
         return rows
+
+    def _route_corpus(self, run: TrainedRun, h: str) -> str:
+        """The retrieval corpus of one seed's task-level router: the requests its adapters' GRPO runs solved."""
+        from trace_moe.retrieval_router import corpus_from_examples, write_route_corpus
+
+        stage = f"replication/route_corpus{'' if run.seed == self.own_seed else f'@s{run.seed}'}"
+
+        def build(d: Path) -> dict[str, Any]:
+            corpus = corpus_from_examples(route_corpus_examples(run.trained, ROUTE_CORPUS_PER_CAPABILITY))
+            if not corpus:
+                raise ValueError("no successful capability-env rollouts for the task-level router's route corpus")
+            path = write_route_corpus(d / "route_corpus.json", corpus)
+            return {"route_corpus": str(path), "requests": {cap: len(texts) for cap, texts in corpus.items()}}
+
+        return self.runner.run(stage, content_hash(h, sorted(run.trained), "route_corpus",
+                                                   ROUTE_CORPUS_PER_CAPABILITY), build)["route_corpus"]
 
     def _descriptions(self, trained: dict[str, Any]) -> dict[str, str]:
         """What the task-level router reads for each adapter: the analysis' description of its capability."""
@@ -208,7 +226,7 @@ class Replication:
         for name, spec in policies.items():
             spec = replace(spec, greedy=e.greedy)
             stage = f"replication/eval/{name}" if episodes == e.episodes else f"replication/curve/{name}"
-            h = content_hash(self.h_eval, stage, asdict(spec), episodes)
+            h = content_hash(self.h_eval, stage, spec.hash_part(), episodes)
 
             def play(d: Path, name=name, spec=spec) -> dict[str, Any]:
                 if self.cfg.multi_target:

@@ -185,7 +185,7 @@ def _successful_records(train_outputs: dict[str, dict[str, Any]], max_per_capabi
                 if record.success and record.token_ids and record.loss_mask:
                     yield capability, record
                     taken += 1
-        logger.info("gate data: %d successful episodes for %s", taken, capability)
+        logger.info("%d successful training episodes of %s", taken, capability)
 
 
 def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
@@ -205,6 +205,15 @@ def router_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[s
 
     return [(first_user_message(record.messages), slot_names.index(capability))
             for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
+
+
+def route_corpus_examples(train_outputs: dict[str, dict[str, Any]],
+                          max_per_capability: int) -> list[tuple[str, str]]:
+    """``(capability, first user message)`` of the same successful rollouts: a retrieval router's corpus."""
+    from trace_moe.routers import first_user_message
+
+    return [(capability, first_user_message(record.messages))
+            for capability, record in _successful_records(train_outputs, max_per_capability)]
 
 
 def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],

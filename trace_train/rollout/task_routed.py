@@ -3,7 +3,9 @@
 Two routers use it. ``task_router`` policies: the paper's task-level baseline over TRACE's adapters -- at an
 episode's start the base model (the composed model forced to slot 0) classifies the episode's first user message
 with :class:`~trace_moe.routers.TaskLevelRouter` (top-1 over the capabilities' descriptions plus a "no adapter"
-label). ``composed`` policies whose composition was trained with ``moe.gate.scope: episode``: the learned
+label), or, given a route corpus, with :class:`~trace_moe.retrieval_router.RetrievalRouter` (the paper's final
+configs: the nearest solved requests narrow the candidates, the base classifies among those left). ``composed``
+policies whose composition was trained with ``moe.gate.scope: episode``: the learned
 :class:`~trace_moe.episode_router.EpisodeRouter` reads the same message. Every turn of that episode is then
 generated with the composed model forced to the chosen slot.
 
@@ -14,8 +16,8 @@ policy forced to that slot. A per-row slot tensor is not used: it takes the mixe
 does not follow the decode batch as finished rows leave it. Groups are chunked by ``max_batch`` after
 grouping, so an episode is advanced with the same batch whether or not other slots share the rollout.
 
-Every record's ``info["route"]`` is ``{"slot", "label", "scores"}`` (``None`` when the env failed at reset
-and nothing was routed).
+Every record's ``info["route"]`` is ``{"slot", "label", "scores", "similarities"}`` (``None`` when the env failed
+at reset and nothing was routed; ``similarities`` is empty unless a retrieval router chose).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from trace_envs.records import TrajectoryRecord
 from trace_moe.composed import ComposedModel
 from trace_moe.episode_router import BoundEpisodeRouter, EpisodeRouter
+from trace_moe.retrieval_router import RetrievalRouter, load_route_corpus
 from trace_moe.routers import (
     RouteDecision,
     TaskLevelRouter,
@@ -45,9 +48,11 @@ _MAX_CACHED_ROUTES = 4096
 
 class TaskRoutedRolloutBackend(HFRolloutBackend):
     """A composed model played one adapter per episode, the adapter chosen by an episode-level router
-    (:class:`TaskLevelRouter` or :class:`BoundEpisodeRouter`: ``names``, ``model`` and ``route(text)``)."""
+    (:class:`TaskLevelRouter`, :class:`RetrievalRouter` or :class:`BoundEpisodeRouter`: ``names``, ``model`` and
+    ``route(text)``)."""
 
-    def __init__(self, composed: ComposedModel, tokenizer: Any, router: TaskLevelRouter | BoundEpisodeRouter,
+    def __init__(self, composed: ComposedModel, tokenizer: Any,
+                 router: TaskLevelRouter | RetrievalRouter | BoundEpisodeRouter,
                  max_batch: int | None = None, **hf_kwargs: Any) -> None:
         if router.model is not composed:
             raise ValueError("the router must score with the composed model it routes (forced to slot 0)")
@@ -107,14 +112,17 @@ class TaskRoutedRolloutBackend(HFRolloutBackend):
         decision = self._routes.get(id(ep))
         record.info["route"] = None if decision is None else {
             "slot": decision.slot, "label": decision.label,
-            "scores": {k: float(v) for k, v in decision.scores.items()}}
+            "scores": {k: float(v) for k, v in decision.scores.items()},
+            "similarities": {k: float(v) for k, v in decision.similarities.items()}}
         return record
 
 
 def build_task_routed(model_dir: str, composed_dir: str, descriptions: dict[str, str] | None = None,
-                      **hf_kwargs: Any) -> TaskRoutedRolloutBackend:
+                      route_corpus: str | None = None, **hf_kwargs: Any) -> TaskRoutedRolloutBackend:
     """Load the base in ``model_dir`` and the composition in ``composed_dir``; the router labels the adapters
     with ``descriptions`` (else the composition's saved ones, see :func:`trace_moe.routers.composition_labels`).
+    With ``route_corpus`` (a file written by :func:`trace_moe.retrieval_router.write_route_corpus`) the router
+    retrieves first (:class:`~trace_moe.retrieval_router.RetrievalRouter`).
 
     Label strings are letters that are one token each for this tokenizer (``single_token_labels``; the plain
     letters A, B, … when there are not enough), so no label is penalised for its length."""
@@ -124,9 +132,13 @@ def build_task_routed(model_dir: str, composed_dir: str, descriptions: dict[str,
         raise ValueError(f"a task_router policy needs adapter=<directory written by trace-rl compose>; "
                          f"{composed_dir} is not a directory")
     labels = composition_labels(composed_dir, descriptions)  # fails before any model is loaded
+    corpus = load_route_corpus(route_corpus) if route_corpus else None
     model, tokenizer = load_policy(model_dir)
     composed = ComposedModel.load(composed_dir, model=model)
     router = TaskLevelRouter(composed, tokenizer, labels, label_strings=single_token_labels(tokenizer, len(labels) + 1))
+    if corpus is not None:
+        router = RetrievalRouter(router, corpus)
+        logger.info("retrieval over %s", ", ".join(f"{cap}: {len(texts)} requests" for cap, texts in corpus.items()))
     logger.info("task router over %s: %s", composed_dir, ", ".join(f"{lab.name}: {lab.description}" for lab in labels))
     return TaskRoutedRolloutBackend(composed, tokenizer, router, **hf_kwargs)
 
