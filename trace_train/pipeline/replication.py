@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from trace_envs.records import write_json_atomic
 from trace_train.evaluation.replication_table import EPISODE_ROUTED, PolicyRow, build_tables
 from trace_train.pipeline.stage_runner import content_hash
-from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters, route_corpus_examples
+from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters, solved_requests
 
 if TYPE_CHECKING:
     from trace_train.pipeline.run import Pipeline, TrainedRun
@@ -183,7 +183,7 @@ class Replication:
         stage = f"replication/route_corpus{'' if run.seed == self.own_seed else f'@s{run.seed}'}"
 
         def build(d: Path) -> dict[str, Any]:
-            corpus = corpus_from_examples(route_corpus_examples(run.trained, ROUTE_CORPUS_PER_CAPABILITY))
+            corpus = corpus_from_examples(solved_requests(run.trained, ROUTE_CORPUS_PER_CAPABILITY))
             if not corpus:
                 raise ValueError("no successful capability-env rollouts for the task-level router's route corpus")
             path = write_route_corpus(d / "route_corpus.json", corpus)

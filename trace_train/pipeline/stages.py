@@ -198,22 +198,20 @@ def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str
             for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
 
 
-def router_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
-                    before_iteration: int | None = None) -> list[tuple[str, int]]:
-    """``(first user message, slot)`` of the same successful rollouts: the episode router's data."""
-    from trace_moe.routers import first_user_message
-
-    return [(first_user_message(record.messages), slot_names.index(capability))
-            for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
-
-
-def route_corpus_examples(train_outputs: dict[str, dict[str, Any]],
-                          max_per_capability: int) -> list[tuple[str, str]]:
+def solved_requests(train_outputs: dict[str, dict[str, Any]], max_per_capability: int,
+                    before_iteration: int | None = None) -> list[tuple[str, str]]:
     """``(capability, first user message)`` of the same successful rollouts: a retrieval router's corpus."""
     from trace_moe.routers import first_user_message
 
     return [(capability, first_user_message(record.messages))
-            for capability, record in _successful_records(train_outputs, max_per_capability)]
+            for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
+
+
+def router_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
+                    before_iteration: int | None = None) -> list[tuple[str, int]]:
+    """``(first user message, slot)`` of the same successful rollouts: the episode router's data."""
+    return [(text, slot_names.index(capability))
+            for capability, text in solved_requests(train_outputs, max_per_capability, before_iteration)]
 
 
 def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
