@@ -44,6 +44,7 @@ def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
     after = _held_out_loss(runner.model_dir, cfg)
     assert after < before - 0.5, (before, after)
     assert summary["config_hash"] == cfg.content_hash() and 0 <= summary["probe"]["id_token_accuracy"] <= 1
+    assert "number_token_accuracy" not in summary["probe"]  # digits are not numbers the head can point at
     _, tokenizer = load_policy(runner.model_dir)
     assert tokenizer.chat_template == chat_template("none")  # rollouts render exactly what BC saw
     lines = (runner.dir / "metrics.jsonl").read_text().splitlines()
@@ -51,9 +52,11 @@ def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
     assert (runner.dir / "metrics.jsonl").read_text().splitlines() == lines
 
 
-@pytest.mark.parametrize("decision_weight,packing", [(0.0, "none"), (1.0, "none"), (1.0, "packed")])
-def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight, packing):
-    cfg = BootstrapConfig(**TINY, decision_loss_weight=decision_weight, packing=packing)
+@pytest.mark.parametrize("decision_weight,packing,numbers",
+                         [(0.0, "none", 0), (1.0, "none", 0), (1.0, "packed", 0), (1.0, "packed", 1000)])
+def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight, packing, numbers):
+    cfg = BootstrapConfig(**TINY, decision_loss_weight=decision_weight, packing=packing, atomic_numbers=numbers,
+                          number_copy_weight=1.0 if numbers else 0.0)  # numbers: with the number-copy loss
     clean = bc.Bootstrapper(cfg, tmp_path / "clean")
     clean.run(progress=False)
 

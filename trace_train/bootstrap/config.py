@@ -59,6 +59,10 @@ class BootstrapConfig:
     # already occurred earlier in the episode (tool results echo the ids they were called with). These
     # targets are pure copies, so they train the copy circuit densely without teaching tool output.
     copy_loss_weight: float = 0.0
+    # Number copying (trace_train.bootstrap.number_copy): at this weight, one head of the last layer learns to
+    # point at the earlier occurrence of each number the assistant restates (a price, a bound, a total) and to
+    # write the number it points at. Needs ``atomic_numbers`` (a number must be one token to be pointed at).
+    number_copy_weight: float = 0.0
     # Auxiliary decision probe: a linear head on the final hidden state at each act-or-refuse point is
     # trained, at this weight, to predict the oracle's decision (trace_train.bootstrap.decisions). It
     # shapes what the base represents (whose order, which status) while the LM head still clones the
@@ -100,6 +104,11 @@ class BootstrapConfig:
             raise ValueError(f"bootstrap.packing must be one of {BOOTSTRAP_PACKING}, got {self.packing!r}")
         if self.atomic_numbers < 0:
             raise ValueError(f"bootstrap.atomic_numbers must be >= 0, got {self.atomic_numbers}")
+        if self.number_copy_weight < 0:
+            raise ValueError(f"bootstrap.number_copy_weight must be >= 0, got {self.number_copy_weight}")
+        if self.number_copy_weight and not self.atomic_numbers:
+            raise ValueError("bootstrap.number_copy_weight needs bootstrap.atomic_numbers > 0: a number is pointed "
+                             "at as one token")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
@@ -132,6 +141,8 @@ class BootstrapConfig:
             relevant.pop("packing")
         if not self.atomic_numbers:  # nor configs whose digits stay single tokens
             relevant.pop("atomic_numbers")
+        if not self.number_copy_weight:  # nor configs without number copying
+            relevant.pop("number_copy_weight")
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
         for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):  # nor configs without hints / notes

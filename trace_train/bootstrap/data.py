@@ -12,6 +12,7 @@ from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary
 from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.decisions import DecisionPoint, decision_points
+from trace_train.bootstrap.number_copy import NumberCopies, number_copies, number_token_ids
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
 from trace_train.model.chat_template import chat_template
 from trace_train.model.system_notes import capability_note
@@ -33,6 +34,7 @@ class Example:
     seed: int
     copy_mask: list[int] | None = None  # 1 where the target is an entity id repeated outside an assistant turn
     decisions: list[DecisionPoint] | None = None  # act-or-refuse points (see trace_train.bootstrap.decisions)
+    numbers: NumberCopies | None = None  # the numbers the episode restates (see trace_train.bootstrap.number_copy)
 
 
 def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
@@ -129,9 +131,10 @@ def train_tokenizer(cfg: BootstrapConfig):
 
 
 def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig,
-           entity_ids: dict[int, str] | None = None, with_decisions: bool = False) -> Example:
+           entity_ids: dict[int, str] | None = None, with_decisions: bool = False,
+           numbers: frozenset[int] | None = None) -> Example:
     """One episode as ids + assistant loss mask (+ the copy mask when ``entity_ids`` is given, + its
-    decision points when ``with_decisions``)."""
+    decision points when ``with_decisions``, + its number copies when ``numbers`` holds the number tokens)."""
     enc = renderer.encode_episode(record.messages, record.info.get("tools") if cfg.render_tools else None)
     ids, mask = enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len]
     copies = copy_mask(ids, mask, entity_ids) if entity_ids is not None else None
@@ -147,7 +150,8 @@ def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfi
         points = decision_points(record.messages, enc.turns, record.info.get("task") or {}, cfg.decisions,
                                  ids, token_id)
         decisions = [p for p in points if p.position + 1 < len(ids)]
-    return Example(ids, mask, record.seed, copies, decisions)
+    copied_numbers = number_copies(ids, mask, numbers) if numbers is not None else None
+    return Example(ids, mask, record.seed, copies, decisions, copied_numbers)
 
 
 def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
@@ -158,10 +162,11 @@ def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
 
 def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
     entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
+    numbers = number_token_ids(renderer.tokenizer, cfg.atomic_numbers) if cfg.number_copy_weight else None
     for step in range(start_step, cfg.last_step):
         records = expert_episodes(cfg, batch_seeds(cfg, step))
-        yield step, [encode(renderer, r, cfg, entity_ids, with_decisions=cfg.decision_loss_weight > 0)
-                     for r in records]
+        yield step, [encode(renderer, r, cfg, entity_ids, with_decisions=cfg.decision_loss_weight > 0,
+                            numbers=numbers) for r in records]
 
 
 def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Teacher-forced probe of a BC model on held-out expert episodes: token, id-token and per-id-type accuracy.
+"""Teacher-forced probe of a BC model on held-out expert episodes: token, id-token, per-id-type and number accuracy.
 
 Cheap (no generation); the real measure is the rollout evaluation, this one tracks learning. It reads
 episodes of the target distribution (``cfg.env`` without the curriculum's ``env_kwargs``), so stages of
@@ -16,6 +16,7 @@ from trace_envs.retail_sim import split_seeds
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import encode, entity_token_ids, expert_episodes, pad_batch
 from trace_train.bootstrap.decisions import DecisionHead, head_outcomes
+from trace_train.bootstrap.number_copy import number_token_ids
 from trace_train.model import ChatRenderer
 
 
@@ -23,9 +24,12 @@ from trace_train.model import ChatRenderer
 def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer,
                          cfg: BootstrapConfig, batch_size: int = 8,
                          decision_head: DecisionHead | None = None) -> dict[str, Any]:
-    """Argmax accuracy on assistant tokens, on entity-id tokens, and per entity type (and, given the
-    decision head, its held-out accuracy per case and per decision)."""
+    """Argmax accuracy on assistant tokens, on entity-id tokens, per entity type and, with atomic numbers, on
+    the numbers the assistant writes (and, given the decision head, its held-out accuracy per case and per
+    decision)."""
     entity_ids = entity_token_ids(tokenizer)
+    numbers = number_token_ids(tokenizer, cfg.atomic_numbers) if cfg.atomic_numbers else frozenset()
+    number_hits = number_total = 0
     records = expert_episodes(cfg, split_seeds("test", cfg.probe_episodes), env_kwargs={}, hints=False)
     examples = [encode(renderer, r, cfg, with_decisions=decision_head is not None) for r in records]
     case_hits: Counter[str] = Counter()
@@ -51,7 +55,11 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
         hits += int(correct.sum())
         total += int(select.sum())
         for row, col in select.nonzero().tolist():
-            kind = entity_ids.get(int(target[row, col]))
+            token = int(target[row, col])
+            if token in numbers:
+                number_total += 1
+                number_hits += int(correct[row, col])
+            kind = entity_ids.get(token)
             if kind is not None:
                 type_total[kind] += 1
                 type_hits[kind] += int(correct[row, col])
@@ -59,6 +67,9 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
     summary = {"token_accuracy": hits / max(1, total), "id_token_accuracy": sum(type_hits.values()) / max(1, id_total),
                "id_accuracy_by_type": {k: type_hits[k] / type_total[k] for k in sorted(type_total)},
                "id_tokens_by_type": dict(sorted(type_total.items())), "episodes": len(examples)}
+    if numbers:
+        summary["number_token_accuracy"] = number_hits / max(1, number_total)
+        summary["number_tokens"] = number_total
     if decision_head is not None:
         summary["decision_probe"] = {"accuracy": sum(case_hits.values()) / max(1, sum(case_total.values())),
                                      "accuracy_by_case": {k: case_hits[k] / case_total[k] for k in sorted(case_total)},

@@ -30,6 +30,7 @@ from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import Example, batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.decisions import DecisionHead, decision_index
 from trace_train.bootstrap.linear_probe import linear_probes as fresh_linear_probes
+from trace_train.bootstrap.number_copy import last_layer_input, number_copy_loss
 from trace_train.bootstrap.probe import teacher_forced_probe
 from trace_train.grpo.packing import packed_hidden_states
 from trace_train.model import ChatRenderer, build_model, load_policy, save_policy
@@ -73,19 +74,32 @@ def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor
 
 def batch_loss(model: torch.nn.Module, head: DecisionHead | None, examples: list[Example], cfg: BootstrapConfig,
                pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The BC loss of one batch (LM + copy + weighted decision loss) and its decision-loss part, with the batch
-    run padded or packed as ``cfg.packing`` says."""
+    """The BC loss of one batch (LM + copy + weighted decision and number-copy losses) and its decision-loss
+    part, with the batch run padded or packed as ``cfg.packing`` says."""
     ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, pad_id))
-    if cfg.packing == "packed":
-        hidden = packed_hidden_states(model.model, [e.ids for e in examples])
-    else:
-        hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    with last_layer_input(model.model) as captured:
+        if cfg.packing == "packed":
+            hidden = packed_hidden_states(model.model, [e.ids for e in examples])
+        else:
+            hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
     loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight, hidden=hidden)
+    if cfg.number_copy_weight:
+        rows = _episode_rows(captured[0], [len(e.ids) for e in examples], cfg.packing == "packed")
+        numbers = number_copy_loss(model, rows, [e.numbers for e in examples])
+        if numbers is not None:
+            loss = loss + cfg.number_copy_weight * numbers
     decision_loss = None
     if head is not None:
         decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples], head.decisions))
         loss = loss + cfg.decision_loss_weight * decision_loss
     return loss, decision_loss
+
+
+def _episode_rows(states: torch.Tensor, lengths: list[int], packed: bool) -> list[torch.Tensor]:
+    """Each episode's ``(L, H)`` states from a packed ``(1, sum L, H)`` row or a padded ``(B, W, H)`` batch."""
+    if packed:
+        return list(torch.split(states[0], lengths))
+    return [states[row, :n] for row, n in enumerate(lengths)]
 
 
 class BootstrapPaused(RuntimeError):

@@ -1,0 +1,159 @@
+"""``bootstrap.number_copy_weight``: one last-layer head learns to point at the number the assistant restates."""
+
+import copy
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from trace_envs.config_builder import ConfigError
+from trace_train.bootstrap import trainer as bc
+from trace_train.bootstrap.config import BootstrapConfig
+from trace_train.bootstrap.data import encode, expert_episodes
+from trace_train.bootstrap.number_copy import (
+    COPY_HEAD,
+    last_layer_input,
+    number_copies,
+    number_copy_loss,
+    number_token_ids,
+)
+from trace_train.model import ChatRenderer, load_policy
+from trace_train.paths import CONF_DIR, REPO_ROOT
+
+TINY = dict(steps=2, batch_size=3, tokenizer_episodes=40, probe_episodes=4, checkpoint_every=2, warmup_steps=1,
+            lr=3e-3, max_len=1024, threads=1, copy_loss_weight=1.0, atomic_numbers=1000, number_copy_weight=1.0)
+QUESTION_SEEDS = list(range(1_000_000, 1_000_060))
+
+
+@pytest.fixture(scope="module")
+def numbered(tmp_path_factory):
+    """A tiny model trained two steps with atomic numbers and the number-copy loss, its tokenizer and config."""
+    cfg = BootstrapConfig(**TINY)
+    runner = bc.Bootstrapper(cfg, tmp_path_factory.mktemp("numbers"))
+    summary = runner.run(progress=False)
+    model, tokenizer = load_policy(runner.model_dir)
+    return model, tokenizer, cfg, summary
+
+
+def _question_examples(tokenizer, cfg, n=3):
+    """Encoded expert episodes that restate numbers (value questions: prices into calculate, then the total)."""
+    numbers = number_token_ids(tokenizer, cfg.atomic_numbers)
+    renderer = ChatRenderer(tokenizer)
+    examples = [encode(renderer, r, cfg, numbers=numbers) for r in expert_episodes(cfg, QUESTION_SEEDS, hints=False)]
+    return [e for e in examples if e.numbers.queries][:n]
+
+
+def test_number_copies_point_each_restated_number_at_its_earlier_occurrences_outside_assistant_turns():
+    numbers = frozenset({50, 51, 52})
+    ids = [1, 50, 2, 51, 50, 3, 50, 51, 52, 9]
+    assistant = [0, 0, 0, 0, 0, 0, 1, 1, 1, 0]
+    copies = number_copies(ids, assistant, numbers)
+    # 50 (at 6) was stated at 1 and 4, 51 (at 7) at 3; 52 (at 8) never appeared before, so it is no copy
+    assert copies.queries == [5, 6] and copies.sources == [[1, 4], [3]]
+    assert copies.context == [1, 3, 4] and copies.context_tokens == [50, 51, 50]
+
+
+def test_number_tokens_need_a_tokenizer_with_atomic_numbers(numbered):
+    _, tokenizer, _, _ = numbered
+    ids = number_token_ids(tokenizer, 1000)
+    assert len(ids) == 1000 and tokenizer.convert_ids_to_tokens(sorted(ids)[:1]) == ["0"]
+    shipped = load_policy(REPO_ROOT / "checkpoints" / "retail-sim-tiny")[1]
+    with pytest.raises(ValueError, match="bootstrap.atomic_numbers"):
+        number_token_ids(shipped, 1000)
+
+
+def test_the_pointer_term_reads_the_attention_the_model_really_computes(numbered):
+    model, tokenizer, cfg, _ = numbered
+    example = _question_examples(tokenizer, cfg, n=1)[0]
+    ids = torch.tensor([example.ids])
+    model.config._attn_implementation = "eager"  # attention probabilities come back only from the eager kernel
+    try:
+        with torch.no_grad(), last_layer_input(model.model) as captured:
+            attention = model.model(input_ids=ids, output_attentions=True).attentions[-1][0, COPY_HEAD]
+            states = captured[0][0]
+    finally:
+        model.config._attn_implementation = "sdpa"
+    copies = example.numbers
+    expected_pointer = torch.stack([-attention[q, src].sum().log() for q, src in zip(copies.queries, copies.sources)])
+    only_value = type(copies)(context=copies.context, context_tokens=copies.context_tokens)
+    with torch.no_grad():
+        both = number_copy_loss(model, [states], [copies])
+        value = number_copy_loss(model, [states], [only_value])
+    torch.testing.assert_close(both - value, expected_pointer.mean(), rtol=1e-4, atol=1e-4)
+    assert value > 0  # the value term: the LM head on what the head writes from each context number
+
+
+def test_the_number_loss_is_the_same_packed_and_padded_and_absent_without_numbers(numbered):
+    model, tokenizer, cfg, _ = numbered
+    examples = _question_examples(tokenizer, cfg)
+    losses = {}
+    for packing in ("none", "packed"):
+        with_numbers = BootstrapConfig(**{**TINY, "packing": packing})
+        without = BootstrapConfig(**{**TINY, "packing": packing, "number_copy_weight": 0.0})
+        with torch.no_grad():
+            losses[packing] = (bc.batch_loss(model, None, examples, with_numbers, tokenizer.pad_token_id)[0]
+                               - bc.batch_loss(model, None, examples, without, tokenizer.pad_token_id)[0])
+    assert losses["none"] > 0.1
+    torch.testing.assert_close(losses["packed"], losses["none"], rtol=1e-4, atol=1e-4)
+    plain = [type(e)(e.ids, [0] * len(e.ids), e.seed) for e in examples]  # nothing restated, nothing in context
+    assert number_copy_loss(model, [torch.zeros(len(e.ids), 128) for e in plain],
+                            [number_copies(e.ids, e.loss_mask, frozenset()) for e in plain]) is None
+
+
+def test_training_on_the_number_loss_moves_attention_onto_the_number_to_copy(numbered):
+    torch.manual_seed(0)
+    model, tokenizer, cfg, _ = numbered
+    model = copy.deepcopy(model)  # the fixture's model stays as trained
+    examples = _question_examples(tokenizer, cfg)
+    states_of = lambda: bc._episode_rows(_capture(model, examples), [len(e.ids) for e in examples], packed=True)  # noqa: E731
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    with torch.no_grad():
+        before = number_copy_loss(model, states_of(), [e.numbers for e in examples])
+    for _ in range(20):
+        loss = number_copy_loss(model, states_of(), [e.numbers for e in examples])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        after = number_copy_loss(model, states_of(), [e.numbers for e in examples])
+    assert after < 0.5 * before, (before, after)
+
+
+def _capture(model, examples):
+    from trace_train.grpo.packing import packed_hidden_states
+
+    with last_layer_input(model.model) as captured:
+        packed_hidden_states(model.model, [e.ids for e in examples])
+    return captured[0]
+
+
+def test_the_probe_reports_how_often_the_assistant_numbers_are_right(numbered):
+    _, _, _, summary = numbered
+    assert 0 <= summary["probe"]["number_token_accuracy"] <= 1 and summary["probe"]["number_tokens"] > 0
+
+
+def test_number_copying_is_validated_and_absent_from_hashes_without_it():
+    with pytest.raises(ConfigError, match="needs bootstrap.atomic_numbers"):
+        BootstrapConfig.from_dict({"number_copy_weight": 1.0})
+    with pytest.raises(ConfigError, match="number_copy_weight must be >= 0"):
+        BootstrapConfig.from_dict({"atomic_numbers": 10, "number_copy_weight": -1.0})
+    base = {**TINY, "number_copy_weight": 0.0}
+    assert BootstrapConfig(**base).content_hash() != BootstrapConfig(**TINY).content_hash()
+    without = {k: v for k, v in base.items() if k != "number_copy_weight"}
+    assert BootstrapConfig(**base).content_hash() == BootstrapConfig(**without).content_hash()
+
+
+def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_and_number_copying_from_stage_3():
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        shipped = BootstrapConfig.from_dict(compose("bootstrap").bootstrap)
+        numbers = BootstrapConfig.from_dict(compose("bootstrap", overrides=["bootstrap=numbers"]).bootstrap)
+    stages = []
+    while numbers is not None:
+        stages.append((numbers, shipped))
+        numbers, shipped = numbers.parent, shipped.parent
+    assert len(stages) == 5 and shipped is None
+    for depth, (stage, plain) in enumerate(stages):
+        assert (stage.packing, stage.atomic_numbers) == ("packed", 1000)
+        assert stage.number_copy_weight == (1.0 if depth < 3 else 0.0)  # stages 5, 4, 3 copy numbers
+        assert (stage.steps, stage.lr, stage.knobs, stage.data_offset_steps) == (
+            plain.steps, plain.lr, plain.knobs, plain.data_offset_steps)

@@ -1,0 +1,138 @@
+"""Number copying: an auxiliary loss that teaches one head of the last layer to copy the numbers the agent restates.
+
+The base copies an entity id because tool results echo the ids they were called with (the copy loss trains that
+on every episode), but no episode echoes a price, a bound or a total, so behaviour cloning alone leaves the base
+writing memorised values: teacher forced, a packed chain with every integer below 1,000 one token wrote 1.7 % of
+the assistant's numbers right (README, session 23). Diagnosed on that chain, the attention of no head found the
+number to copy, and a head made to find it still did not write it: the value path of number tokens was never
+trained. The loss below trains both paths of head :data:`COPY_HEAD` of the last decoder layer:
+
+* **pointer**: from the position before each assistant number token that occurred earlier outside assistant turns,
+  the head's attention puts its mass on those earlier occurrences (``-log`` of that mass, averaged over them);
+* **value**: what the head writes from a number token alone (its value through its slice of the output projection,
+  the final norm and the tied LM head) is that token (cross-entropy, averaged over the numbers of tool and user
+  turns).
+
+Numbers must be single tokens (``bootstrap.atomic_numbers``), so "the earlier occurrence" is one position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+COPY_HEAD = 0  # the query head of the last layer that learns to copy numbers
+
+
+@dataclass
+class NumberCopies:
+    """Where one episode copies numbers: ``queries[i]`` predicts an assistant number stated earlier at
+    ``sources[i]`` (its positions outside assistant turns, all ``<= queries[i]``); ``context`` holds every number
+    position outside assistant turns and ``context_tokens`` their tokens (the value loss's inputs and targets)."""
+
+    queries: list[int] = field(default_factory=list)
+    sources: list[list[int]] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)
+    context_tokens: list[int] = field(default_factory=list)
+
+
+def number_token_ids(tokenizer, atomic_numbers: int) -> frozenset[int]:
+    """The token ids of the integers below ``atomic_numbers`` (each one token of a tokenizer built with them)."""
+    ids = tokenizer.convert_tokens_to_ids([str(n) for n in range(atomic_numbers)])
+    unk = tokenizer.unk_token_id
+    missing = [n for n, i in enumerate(ids) if i is None or i == unk]
+    if missing:
+        raise ValueError(f"the tokenizer lacks atomic number tokens (first missing: {missing[0]}); "
+                         "number copying needs a chain trained with bootstrap.atomic_numbers")
+    return frozenset(int(i) for i in ids)
+
+
+def number_copies(ids: Sequence[int], loss_mask: Sequence[int], numbers: frozenset[int]) -> NumberCopies:
+    """The copy targets of one encoded episode (``loss_mask`` 1 on assistant tokens)."""
+    seen: dict[int, list[int]] = {}
+    out = NumberCopies()
+    for t, tok in enumerate(ids):
+        if tok not in numbers:
+            continue
+        if loss_mask[t]:
+            if t >= 1 and tok in seen:
+                out.queries.append(t - 1)
+                out.sources.append(list(seen[tok]))
+        else:
+            out.context.append(t)
+            out.context_tokens.append(tok)
+            seen.setdefault(tok, []).append(t)
+    return out
+
+
+@contextmanager
+def last_layer_input(body: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Within the block, every forward of the decoder ``body`` appends the hidden states entering its last layer."""
+    captured: list[torch.Tensor] = []
+
+    def hook(_module, args, kwargs):
+        captured.append(args[0] if args else kwargs["hidden_states"])
+
+    handle = body.layers[-1].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
+def _head_query_key_value(body: torch.nn.Module, states: torch.Tensor, head: int):
+    """Query, key and value ``(L, head_dim)`` of ``head`` in the last layer for one sequence's input ``states``."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    layer = body.layers[-1]
+    attention = layer.self_attn
+    x = layer.input_layernorm(states)[None]  # (1, L, H)
+    length, dim = states.shape[0], attention.head_dim
+    kv_head = head // (body.config.num_attention_heads // body.config.num_key_value_heads)
+    shape = (1, length, -1, dim)
+    query = attention.q_proj(x).view(shape)[:, :, head: head + 1]
+    key = attention.k_proj(x).view(shape)[:, :, kv_head: kv_head + 1]
+    if hasattr(attention, "q_norm"):  # Qwen3 normalises each head's query and key
+        query, key = attention.q_norm(query), attention.k_norm(key)
+    cos, sin = body.rotary_emb(states[None], torch.arange(length, device=states.device)[None])
+    query, key = apply_rotary_pos_emb(query.transpose(1, 2), key.transpose(1, 2), cos, sin)
+    value = attention.v_proj(x).view(shape)[0, :, kv_head]
+    return query[0, 0], key[0, 0], value
+
+
+def number_copy_loss(model: torch.nn.Module, states: Sequence[torch.Tensor], copies: Sequence[NumberCopies],
+                     head: int = COPY_HEAD) -> torch.Tensor | None:
+    """Mean pointer loss plus mean value loss over a batch (``states[i]``: episode i's last-layer input,
+    ``(L_i, H)``); ``None`` when the batch holds no number at all."""
+    body = model.model
+    attention = body.layers[-1].self_attn
+    dim = attention.head_dim
+    out_slice = attention.o_proj.weight[:, head * dim: (head + 1) * dim]
+    pointer_terms: list[torch.Tensor] = []
+    value_terms: list[torch.Tensor] = []
+    for episode_states, episode in zip(states, copies):
+        if not episode.context:
+            continue
+        query, key, value = _head_query_key_value(body, episode_states, head)
+        if episode.queries:
+            at = torch.as_tensor(episode.queries, device=query.device)
+            scores = (query[at] @ key.T) * attention.scaling
+            positions = torch.arange(key.shape[0], device=key.device)
+            log_attn = scores.masked_fill(positions[None] > at[:, None], float("-inf")).log_softmax(-1)
+            source = torch.zeros_like(log_attn, dtype=torch.bool)
+            for row, where in enumerate(episode.sources):
+                source[row, where] = True
+            pointer_terms.append(-log_attn.masked_fill(~source, float("-inf")).logsumexp(-1))
+        at = torch.as_tensor(episode.context, device=value.device)
+        written = model.lm_head(body.norm(value[at] @ out_slice.T)).float()
+        value_terms.append(torch.nn.functional.cross_entropy(
+            written, torch.as_tensor(episode.context_tokens, device=written.device), reduction="none"))
+    if not value_terms:
+        return None
+    loss = torch.cat(value_terms).mean()
+    if pointer_terms:
+        loss = loss + torch.cat(pointer_terms).mean()
+    return loss
