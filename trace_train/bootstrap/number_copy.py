@@ -3,12 +3,14 @@
 The base copies an entity id because tool results echo the ids they were called with (the copy loss trains that
 on every episode), but no episode echoes a price, a bound or a total, so behaviour cloning alone leaves the base
 writing memorised values: teacher forced, a packed chain with every integer below 1,000 one token wrote 1.7 % of
-the assistant's numbers right (README, session 23). Diagnosed on that chain, the attention of no head found the
-number to copy, and a head made to find it still did not write it: the value path of number tokens was never
-trained. The loss below trains both paths of head :data:`COPY_HEAD` of the last decoder layer:
+the assistant's numbers right (README, session 23). Diagnosed on that chain (README, session 25), head 0 of the
+last layer attended most to the number to copy for 1 of 234, and once trained to find it, still did not write it:
+the value path of number tokens was never trained. The loss below trains both paths of head :data:`COPY_HEAD` of
+the last decoder layer:
 
 * **pointer**: from the position before each assistant number token that occurred earlier outside assistant turns,
-  the head's attention puts its mass on those earlier occurrences (``-log`` of that mass, averaged over them);
+  the head's attention puts its mass on those earlier occurrences (``-log`` of that mass, averaged over the
+  restated numbers);
 * **value**: what the head writes from a number token alone (its value through its slice of the output projection,
   the final norm and the tied LM head) is that token (cross-entropy, averaged over the numbers of tool and user
   turns).
