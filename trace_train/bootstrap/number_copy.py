@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 COPY_HEAD = 0  # the query head of the last layer that learns to copy numbers
 
@@ -87,8 +88,6 @@ def last_layer_input(body: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
 
 def _head_query_key_value(body: torch.nn.Module, states: torch.Tensor, head: int):
     """Query, key and value ``(L, head_dim)`` of ``head`` in the last layer for one sequence's input ``states``."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
     layer = body.layers[-1]
     attention = layer.self_attn
     x = layer.input_layernorm(states)[None]  # (1, L, H)

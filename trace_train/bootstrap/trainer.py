@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ def batch_loss(model: torch.nn.Module, head: DecisionHead | None, examples: list
     """The BC loss of one batch (LM + copy + weighted decision and number-copy losses) and its decision-loss
     part, with the batch run padded or packed as ``cfg.packing`` says."""
     ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, pad_id))
-    with last_layer_input(model.model) as captured:
+    capture = last_layer_input(model.model) if cfg.number_copy_weight else nullcontext([])
+    with capture as captured:
         if cfg.packing == "packed":
             hidden = packed_hidden_states(model.model, [e.ids for e in examples])
         else:
