@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from trace_envs.config_builder import ConfigError
 from trace_train.bootstrap import trainer as bc
 from trace_train.bootstrap.config import BootstrapConfig
-from trace_train.bootstrap.data import encode, expert_episodes
+from trace_train.bootstrap.data import copy_head_token_ids, encode, entity_token_ids, expert_episodes
 from trace_train.bootstrap.number_copy import (
     COPY_HEAD,
     last_layer_input,
@@ -141,6 +141,36 @@ def test_number_copying_is_validated_and_absent_from_hashes_without_it():
     assert BootstrapConfig(**base).content_hash() != BootstrapConfig(**TINY).content_hash()
     without = {k: v for k, v in base.items() if k != "number_copy_weight"}
     assert BootstrapConfig(**base).content_hash() == BootstrapConfig(**without).content_hash()
+
+
+def test_with_entities_the_loss_also_points_at_the_ids_the_assistant_restates(numbered):
+    _, tokenizer, _, _ = numbered
+    cfg = BootstrapConfig(**{**TINY, "number_copy_entities": True})
+    covered = copy_head_token_ids(tokenizer, cfg)
+    numbers = number_token_ids(tokenizer, cfg.atomic_numbers)
+    entities = entity_token_ids(tokenizer)
+    assert covered == numbers | frozenset(entities) and len(entities) > 100
+    assert copy_head_token_ids(tokenizer, BootstrapConfig(**TINY)) == numbers
+    renderer = ChatRenderer(tokenizer)
+    records = expert_episodes(cfg, list(range(30)), hints=False)
+    orders = restated = 0
+    for record in records:
+        example = encode(renderer, record, cfg, numbers=covered)
+        for query, sources in zip(example.numbers.queries, example.numbers.sources):
+            token = example.ids[query + 1]  # the assistant's token; it was stated at every source, outside its turns
+            assert example.loss_mask[query + 1] and all(example.ids[s] == token and not example.loss_mask[s]
+                                                         for s in sources)
+            restated += 1
+            orders += entities.get(token) == "order_id"
+    assert orders > 10 and restated > orders  # the order the user named, among the other copied ids
+
+
+def test_entity_copying_needs_the_number_loss_and_changes_the_hash_only_when_on():
+    with pytest.raises(ConfigError, match="number_copy_entities needs bootstrap.number_copy_weight"):
+        BootstrapConfig.from_dict({"atomic_numbers": 10, "number_copy_entities": True})
+    plain = BootstrapConfig(**TINY).content_hash()
+    assert BootstrapConfig(**{**TINY, "number_copy_entities": True}).content_hash() != plain
+    assert BootstrapConfig(**{**TINY, "number_copy_entities": False}).content_hash() == plain
 
 
 def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_and_number_copying_from_stage_3():

@@ -63,6 +63,9 @@ class BootstrapConfig:
     # point at the earlier occurrence of each number the assistant restates (a price, a bound, a total) and to
     # write the number it points at. Needs ``atomic_numbers`` (a number must be one token to be pointed at).
     number_copy_weight: float = 0.0
+    # The number-copy loss also covers the pool entity ids the assistant restates (an order, an item, a payment
+    # method: single tokens of the domain tokenizer), so the same head learns to point at the id the user named.
+    number_copy_entities: bool = False
     # Auxiliary decision probe: a linear head on the final hidden state at each act-or-refuse point is
     # trained, at this weight, to predict the oracle's decision (trace_train.bootstrap.decisions). It
     # shapes what the base represents (whose order, which status) while the LM head still clones the
@@ -109,6 +112,9 @@ class BootstrapConfig:
         if self.number_copy_weight and not self.atomic_numbers:
             raise ValueError("bootstrap.number_copy_weight needs bootstrap.atomic_numbers > 0: a number is pointed "
                              "at as one token")
+        if self.number_copy_entities and not self.number_copy_weight:
+            raise ValueError("bootstrap.number_copy_entities needs bootstrap.number_copy_weight > 0: it widens "
+                             "that loss to entity ids")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
@@ -143,6 +149,8 @@ class BootstrapConfig:
             relevant.pop("atomic_numbers")
         if not self.number_copy_weight:  # nor configs without number copying
             relevant.pop("number_copy_weight")
+        if not self.number_copy_entities:
+            relevant.pop("number_copy_entities")
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
         for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):  # nor configs without hints / notes

@@ -113,6 +113,13 @@ def copy_mask(ids: Sequence[int], loss_mask: Sequence[int], entity_ids: set[int]
     return out
 
 
+def copy_head_token_ids(tokenizer, cfg: BootstrapConfig) -> frozenset[int]:
+    """The tokens the number-copy loss covers: the atomic numbers, plus the entity ids when
+    ``number_copy_entities``."""
+    numbers = number_token_ids(tokenizer, cfg.atomic_numbers)
+    return numbers | frozenset(entity_token_ids(tokenizer)) if cfg.number_copy_entities else numbers
+
+
 def domain_vocabulary(atomic_numbers: int = 0) -> list[str]:
     """The tokenizer's atomic tokens: pool strings, tool vocabulary, then the integers below ``atomic_numbers``."""
     words = atomic_vocabulary() + tool_vocabulary() + [str(n) for n in range(atomic_numbers)]
@@ -162,7 +169,7 @@ def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
 
 def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
     entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
-    numbers = number_token_ids(renderer.tokenizer, cfg.atomic_numbers) if cfg.number_copy_weight else None
+    numbers = copy_head_token_ids(renderer.tokenizer, cfg) if cfg.number_copy_weight else None
     for step in range(start_step, cfg.last_step):
         records = expert_episodes(cfg, batch_seeds(cfg, step))
         yield step, [encode(renderer, r, cfg, entity_ids, with_decisions=cfg.decision_loss_weight > 0,
