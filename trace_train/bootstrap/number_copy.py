@@ -16,6 +16,9 @@ the last decoder layer:
   turns).
 
 Numbers must be single tokens (``bootstrap.atomic_numbers``), so "the earlier occurrence" is one position.
+With ``bootstrap.number_copy_entities`` the same loss covers the pool's entity ids (single tokens too): the
+atomic-number chain had lost the copying of the order the user named (README, session 26), and the pointer
+term restores it.
 """
 
 from __future__ import annotations
