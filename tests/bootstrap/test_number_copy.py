@@ -1,6 +1,7 @@
 """``bootstrap.number_copy_weight``: one last-layer head learns to point at the number the assistant restates."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -173,7 +174,7 @@ def test_entity_copying_needs_the_number_loss_and_changes_the_hash_only_when_on(
     assert BootstrapConfig(**{**TINY, "number_copy_entities": False}).content_hash() == plain
 
 
-def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_and_number_copying_from_stage_3():
+def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_number_and_id_copying_and_lower_knobs():
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         shipped = BootstrapConfig.from_dict(compose("bootstrap").bootstrap)
         numbers = BootstrapConfig.from_dict(compose("bootstrap", overrides=["bootstrap=numbers"]).bootstrap)
@@ -184,6 +185,10 @@ def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_and_number_c
     assert len(stages) == 5 and shipped is None
     for depth, (stage, plain) in enumerate(stages):
         assert (stage.packing, stage.atomic_numbers) == ("packed", 1000)
-        assert stage.number_copy_weight == (1.0 if depth < 3 else 0.0)  # stages 5, 4, 3 copy numbers
-        assert (stage.steps, stage.lr, stage.knobs, stage.data_offset_steps) == (
-            plain.steps, plain.lr, plain.knobs, plain.data_offset_steps)
+        copies = depth < 3  # stages 5, 4, 3 copy numbers and ids
+        assert (stage.number_copy_weight, stage.number_copy_entities) == ((1.0, True) if copies else (0.0, False))
+        knobs = dataclasses.asdict(plain.knobs)
+        if depth < 2:  # stages 5 and 4 lower every knob but precondition's to 0.55
+            knobs.update(multi_step=0.55, structured=0.55, precision=0.55)
+        assert dataclasses.asdict(stage.knobs) == knobs
+        assert (stage.steps, stage.lr, stage.data_offset_steps) == (plain.steps, plain.lr, plain.data_offset_steps)
