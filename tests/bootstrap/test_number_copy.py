@@ -10,9 +10,16 @@ from hydra import compose, initialize_config_dir
 from trace_envs.config_builder import ConfigError
 from trace_train.bootstrap import trainer as bc
 from trace_train.bootstrap.config import BootstrapConfig
-from trace_train.bootstrap.data import copy_head_token_ids, encode, entity_token_ids, expert_episodes
+from trace_train.bootstrap.data import (
+    copy_head_token_ids,
+    encode,
+    entity_token_ids,
+    expert_episodes,
+    reason_evidence,
+)
 from trace_train.bootstrap.number_copy import (
     COPY_HEAD,
+    Evidence,
     last_layer_input,
     number_copies,
     number_copy_loss,
@@ -52,6 +59,42 @@ def test_number_copies_point_each_restated_number_at_its_earlier_occurrences_out
     # 50 (at 6) was stated at 1 and 4, 51 (at 7) at 3; 52 (at 8) never appeared before, so it is no copy
     assert copies.queries == [5, 6] and copies.sources == [[1, 4], [3]]
     assert copies.context == [1, 3, 4] and copies.context_tokens == [50, 51, 50]
+
+
+def test_an_evidence_phrase_makes_its_cues_sources_and_the_stated_token_what_the_head_writes():
+    # token 70 is stated by the phrase (5, 6, 7) whose cues are 6 and 7 (5 is shared with another phrase)
+    evidence = [Evidence(70, (5, 6, 7), frozenset({6, 7})), Evidence(71, (5, 8, 9), frozenset({8, 9}))]
+    ids = [1, 5, 6, 7, 2, 50, 3, 70, 71, 50, 6]
+    assistant = [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0]
+    copies = number_copies(ids, assistant, frozenset({50}), evidence)
+    # 70 at 7 points at the cues 2 and 3; 71 at 8 was never stated (no source); 50 at 9 points at 5
+    assert copies.queries == [6, 8] and copies.sources == [[2, 3], [5]]
+    # the lone 6 at 10 is no phrase, so it is no cue; each cue writes the token its phrase states
+    assert copies.context == [2, 3, 5] and copies.context_tokens == [70, 70, 50]
+    assert number_copies(ids, assistant, frozenset({50})).queries == [8]  # without evidence: the number alone
+
+
+def test_the_cancel_reasons_are_stated_by_the_users_phrases(numbered):
+    _, tokenizer, _, _ = numbered
+    evidence = {tokenizer.convert_ids_to_tokens(e.token): e for e in reason_evidence(tokenizer)}
+    assert set(evidence) == {"no longer needed", "ordered by mistake"}
+    mistake = evidence["ordered by mistake"]
+    assert tokenizer.decode(list(mistake.phrase)).strip() == "I ordered it by mistake"
+    assert {tokenizer.decode([t]).strip() for t in mistake.cues} == {"ordered", "by", "mistake"}
+    cfg = BootstrapConfig(**{**TINY, "number_copy_reasons": True})
+    renderer, numbers = ChatRenderer(tokenizer), number_token_ids(tokenizer, cfg.atomic_numbers)
+    pointed = written = 0
+    for record in expert_episodes(cfg, list(range(60)), hints=False):
+        stated = [i["reason"] for i in record.info["task"]["intents"] if i["kind"] == "cancel"]
+        example = encode(renderer, record, cfg, numbers=numbers, evidence=tuple(evidence.values()))
+        for query, sources in zip(example.numbers.queries, example.numbers.sources):
+            reason = tokenizer.convert_ids_to_tokens(example.ids[query + 1])
+            if reason in evidence:
+                assert reason in stated and all(example.ids[s] in evidence[reason].cues for s in sources)
+                pointed += 1
+        written += sum(example.loss_mask[t] and example.ids[t] in {e.token for e in evidence.values()}
+                       for t in range(len(example.ids)))
+    assert 0 < pointed < written  # the expert's sloppy default reason has no phrase to point at
 
 
 def test_number_tokens_need_a_tokenizer_with_atomic_numbers(numbered):
@@ -166,12 +209,13 @@ def test_with_entities_the_loss_also_points_at_the_ids_the_assistant_restates(nu
     assert orders > 10 and restated > orders  # the order the user named, among the other copied ids
 
 
-def test_entity_copying_needs_the_number_loss_and_changes_the_hash_only_when_on():
-    with pytest.raises(ConfigError, match="number_copy_entities needs bootstrap.number_copy_weight"):
-        BootstrapConfig.from_dict({"atomic_numbers": 10, "number_copy_entities": True})
+@pytest.mark.parametrize("key", ["number_copy_entities", "number_copy_reasons"])
+def test_entity_and_reason_copying_need_the_number_loss_and_change_the_hash_only_when_on(key):
+    with pytest.raises(ConfigError, match=f"{key} needs bootstrap.number_copy_weight"):
+        BootstrapConfig.from_dict({"atomic_numbers": 10, key: True})
     plain = BootstrapConfig(**TINY).content_hash()
-    assert BootstrapConfig(**{**TINY, "number_copy_entities": True}).content_hash() != plain
-    assert BootstrapConfig(**{**TINY, "number_copy_entities": False}).content_hash() == plain
+    assert BootstrapConfig(**{**TINY, key: True}).content_hash() != plain
+    assert BootstrapConfig(**{**TINY, key: False}).content_hash() == plain
 
 
 def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_number_and_id_copying_and_lower_knobs():

@@ -66,6 +66,9 @@ class BootstrapConfig:
     # The number-copy loss also covers the pool entity ids the assistant restates (an order, an item, a payment
     # method: single tokens of the domain tokenizer), so the same head learns to point at the id the user named.
     number_copy_entities: bool = False
+    # ... and the cancel reasons, which the user states in other words ("I ordered it by mistake"): the head points
+    # at that phrase and writes the reason from it (trace_train.bootstrap.number_copy.Evidence).
+    number_copy_reasons: bool = False
     # Auxiliary decision probe: a linear head on the final hidden state at each act-or-refuse point is
     # trained, at this weight, to predict the oracle's decision (trace_train.bootstrap.decisions). It
     # shapes what the base represents (whose order, which status) while the LM head still clones the
@@ -112,9 +115,9 @@ class BootstrapConfig:
         if self.number_copy_weight and not self.atomic_numbers:
             raise ValueError("bootstrap.number_copy_weight needs bootstrap.atomic_numbers > 0: a number is pointed "
                              "at as one token")
-        if self.number_copy_entities and not self.number_copy_weight:
-            raise ValueError("bootstrap.number_copy_entities needs bootstrap.number_copy_weight > 0: it widens "
-                             "that loss to entity ids")
+        for key in ("number_copy_entities", "number_copy_reasons"):
+            if getattr(self, key) and not self.number_copy_weight:
+                raise ValueError(f"bootstrap.{key} needs bootstrap.number_copy_weight > 0: it widens that loss")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
@@ -149,8 +152,9 @@ class BootstrapConfig:
             relevant.pop("atomic_numbers")
         if not self.number_copy_weight:  # nor configs without number copying
             relevant.pop("number_copy_weight")
-        if not self.number_copy_entities:
-            relevant.pop("number_copy_entities")
+        for key in ("number_copy_entities", "number_copy_reasons"):
+            if not getattr(self, key):
+                relevant.pop(key)
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
             relevant.pop("decision_loss_weight")
         for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):  # nor configs without hints / notes

@@ -9,10 +9,11 @@ import numpy as np
 
 from trace_envs.records import TrajectoryRecord
 from trace_envs.retail_sim import ExpertKnobs, ScriptedExpert, atomic_vocabulary, entity_id_types, split_seeds
+from trace_envs.retail_sim.scenario import REASON_PHRASES
 from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.decisions import DecisionPoint, decision_points
-from trace_train.bootstrap.number_copy import NumberCopies, number_copies, number_token_ids
+from trace_train.bootstrap.number_copy import Evidence, NumberCopies, number_copies, number_token_ids
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
 from trace_train.model.chat_template import chat_template
 from trace_train.model.system_notes import capability_note
@@ -120,6 +121,20 @@ def copy_head_token_ids(tokenizer, cfg: BootstrapConfig) -> frozenset[int]:
     return numbers | frozenset(entity_token_ids(tokenizer)) if cfg.number_copy_entities else numbers
 
 
+def reason_evidence(tokenizer) -> tuple[Evidence, ...]:
+    """The cancel reasons as evidence: the user's phrase (e.g. "I ordered it by mistake") states the reason token."""
+    phrases = {reason: tuple(tokenizer(" " + phrase, add_special_tokens=False)["input_ids"])
+               for reason, phrase in REASON_PHRASES.items()}
+    evidence = []
+    for reason, phrase in phrases.items():
+        token = tokenizer.convert_tokens_to_ids(reason)
+        if token is None or token == tokenizer.unk_token_id:
+            raise ValueError(f"the cancel reason {reason!r} is not one token of this tokenizer")
+        others = {t for other, ids in phrases.items() if other != reason for t in ids}
+        evidence.append(Evidence(int(token), phrase, frozenset(phrase) - others))
+    return tuple(evidence)
+
+
 def domain_vocabulary(atomic_numbers: int = 0) -> list[str]:
     """The tokenizer's atomic tokens: pool strings, tool vocabulary, then the integers below ``atomic_numbers``."""
     words = atomic_vocabulary() + tool_vocabulary() + [str(n) for n in range(atomic_numbers)]
@@ -139,9 +154,10 @@ def train_tokenizer(cfg: BootstrapConfig):
 
 def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig,
            entity_ids: dict[int, str] | None = None, with_decisions: bool = False,
-           numbers: frozenset[int] | None = None) -> Example:
+           numbers: frozenset[int] | None = None, evidence: Sequence[Evidence] = ()) -> Example:
     """One episode as ids + assistant loss mask (+ the copy mask when ``entity_ids`` is given, + its
-    decision points when ``with_decisions``, + its number copies when ``numbers`` holds the number tokens)."""
+    decision points when ``with_decisions``, + its number copies when ``numbers`` holds the number tokens, with the
+    ``evidence`` the copy head also covers)."""
     enc = renderer.encode_episode(record.messages, record.info.get("tools") if cfg.render_tools else None)
     ids, mask = enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len]
     copies = copy_mask(ids, mask, entity_ids) if entity_ids is not None else None
@@ -157,7 +173,7 @@ def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfi
         points = decision_points(record.messages, enc.turns, record.info.get("task") or {}, cfg.decisions,
                                  ids, token_id)
         decisions = [p for p in points if p.position + 1 < len(ids)]
-    copied_numbers = number_copies(ids, mask, numbers) if numbers is not None else None
+    copied_numbers = number_copies(ids, mask, numbers, evidence) if numbers is not None else None
     return Example(ids, mask, record.seed, copies, decisions, copied_numbers)
 
 
@@ -170,10 +186,11 @@ def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
 def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
     entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
     numbers = copy_head_token_ids(renderer.tokenizer, cfg) if cfg.number_copy_weight else None
+    evidence = reason_evidence(renderer.tokenizer) if cfg.number_copy_reasons else ()
     for step in range(start_step, cfg.last_step):
         records = expert_episodes(cfg, batch_seeds(cfg, step))
         yield step, [encode(renderer, r, cfg, entity_ids, with_decisions=cfg.decision_loss_weight > 0,
-                            numbers=numbers) for r in records]
+                            numbers=numbers, evidence=evidence) for r in records]
 
 
 def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

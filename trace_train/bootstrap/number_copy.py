@@ -18,7 +18,8 @@ the last decoder layer:
 Numbers must be single tokens (``bootstrap.atomic_numbers``), so "the earlier occurrence" is one position.
 With ``bootstrap.number_copy_entities`` the same loss covers the pool's entity ids (single tokens too): the
 atomic-number chain had lost the copying of the order the user named (README, session 26), and the pointer
-term restores it.
+term restores it. An :class:`Evidence` covers a value the user states in other words (a cancel reason): the head
+points at the phrase and writes the value from it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ COPY_HEAD = 0  # the query head of the last layer that learns to copy numbers
 class NumberCopies:
     """Where one episode copies numbers: ``queries[i]`` predicts an assistant number stated earlier at
     ``sources[i]`` (its positions outside assistant turns, all ``<= queries[i]``); ``context`` holds every number
-    position outside assistant turns and ``context_tokens`` their tokens (the value loss's inputs and targets)."""
+    (and evidence cue) position outside assistant turns and ``context_tokens`` the token the head writes from each
+    (the value loss's inputs and targets: the number itself, the token a cue states)."""
 
     queries: list[int] = field(default_factory=list)
     sources: list[list[int]] = field(default_factory=list)
@@ -56,21 +58,50 @@ def number_token_ids(tokenizer, atomic_numbers: int) -> frozenset[int]:
     return frozenset(int(i) for i in ids)
 
 
-def number_copies(ids: Sequence[int], loss_mask: Sequence[int], numbers: frozenset[int]) -> NumberCopies:
-    """The copy targets of one encoded episode (``loss_mask`` 1 on assistant tokens)."""
+@dataclass(frozen=True)
+class Evidence:
+    """An assistant token the user states in other words: ``phrase`` (token ids) in a user or tool turn states
+    ``token``; the head points at the phrase's ``cues`` (the tokens no other evidence phrase has) and writes
+    ``token`` from them. E.g. the user's "I ordered it by mistake" states the cancel reason "ordered by mistake"."""
+
+    token: int
+    phrase: tuple[int, ...]
+    cues: frozenset[int]
+
+
+def _stated_phrases(ids: Sequence[int], loss_mask: Sequence[int],
+                    evidence: Sequence[Evidence]) -> list[tuple[int, int]]:
+    """``(position, token stated)`` for every cue of every evidence phrase outside assistant turns, in order."""
+    found: list[tuple[int, int]] = []
+    for item in evidence:
+        width = len(item.phrase)
+        for start in range(len(ids) - width + 1):
+            if not loss_mask[start] and tuple(ids[start: start + width]) == item.phrase:
+                found += [(start + k, item.token) for k in range(width) if item.phrase[k] in item.cues]
+    return sorted(found)
+
+
+def number_copies(ids: Sequence[int], loss_mask: Sequence[int], numbers: frozenset[int],
+                  evidence: Sequence[Evidence] = ()) -> NumberCopies:
+    """The copy targets of one encoded episode (``loss_mask`` 1 on assistant tokens): each assistant token in
+    ``numbers`` stated earlier outside assistant turns, and each evidence token whose phrase was."""
     seen: dict[int, list[int]] = {}
+    writes: dict[int, int] = {}  # context position -> the token the head writes from it
+    for t, tok in enumerate(ids):
+        if tok in numbers and not loss_mask[t]:
+            writes[t] = tok
+    for t, tok in _stated_phrases(ids, loss_mask, evidence):
+        writes[t] = tok
+    stated_tokens = {item.token for item in evidence}
     out = NumberCopies()
     for t, tok in enumerate(ids):
-        if tok not in numbers:
-            continue
-        if loss_mask[t]:
-            if t >= 1 and tok in seen:
-                out.queries.append(t - 1)
-                out.sources.append(list(seen[tok]))
-        else:
+        if t in writes:
             out.context.append(t)
-            out.context_tokens.append(tok)
-            seen.setdefault(tok, []).append(t)
+            out.context_tokens.append(writes[t])
+            seen.setdefault(writes[t], []).append(t)
+        elif loss_mask[t] and (tok in numbers or tok in stated_tokens) and t >= 1 and tok in seen:
+            out.queries.append(t - 1)
+            out.sources.append(list(seen[tok]))
     return out
 
 
