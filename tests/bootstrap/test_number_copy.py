@@ -218,7 +218,7 @@ def test_entity_and_reason_copying_need_the_number_loss_and_change_the_hash_only
     assert BootstrapConfig(**{**TINY, key: False}).content_hash() == plain
 
 
-def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_number_and_id_copying_and_lower_knobs():
+def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_copying_and_its_own_knobs():
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         shipped = BootstrapConfig.from_dict(compose("bootstrap").bootstrap)
         numbers = BootstrapConfig.from_dict(compose("bootstrap", overrides=["bootstrap=numbers"]).bootstrap)
@@ -229,10 +229,11 @@ def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_number_and_i
     assert len(stages) == 5 and shipped is None
     for depth, (stage, plain) in enumerate(stages):
         assert (stage.packing, stage.atomic_numbers) == ("packed", 1000)
-        copies = depth < 3  # stages 5, 4, 3 copy numbers and ids
-        assert (stage.number_copy_weight, stage.number_copy_entities) == ((1.0, True) if copies else (0.0, False))
+        copies = depth < 3  # stages 5, 4, 3 copy numbers, ids and reasons
+        assert (stage.number_copy_weight, stage.number_copy_entities, stage.number_copy_reasons) == (
+            (1.0, True, True) if copies else (0.0, False, False))
         knobs = dataclasses.asdict(plain.knobs)
-        if depth < 2:  # stages 5 and 4 lower every knob but precondition's to 0.55
-            knobs.update(multi_step=0.55, structured=0.55, precision=0.55)
+        if depth < 2:  # stages 5 and 4: multi-step and structured 0.55, precision 0.7
+            knobs.update(multi_step=0.55, structured=0.55, precision=0.7)
         assert dataclasses.asdict(stage.knobs) == knobs
         assert (stage.steps, stage.lr, stage.data_offset_steps) == (plain.steps, plain.lr, plain.data_offset_steps)
