@@ -74,9 +74,9 @@ def _stated_phrases(ids: Sequence[int], loss_mask: Sequence[int],
     """``(position, token stated)`` for every cue of every evidence phrase outside assistant turns, in order."""
     found: list[tuple[int, int]] = []
     for item in evidence:
-        width = len(item.phrase)
+        width, first = len(item.phrase), item.phrase[0]
         for start in range(len(ids) - width + 1):
-            if not loss_mask[start] and tuple(ids[start: start + width]) == item.phrase:
+            if ids[start] == first and not loss_mask[start] and tuple(ids[start: start + width]) == item.phrase:
                 found += [(start + k, item.token) for k in range(width) if item.phrase[k] in item.cues]
     return sorted(found)
 
