@@ -6,7 +6,7 @@ and prints held-out accuracy and balanced accuracy (chance 0.5) on test-split on
 labels equally (the estimator for balanced accuracy); the unweighted probe's figure is printed beside it. Target of the
 embedded default's base: >= 0.8 held-out for every decision.
 
-    python benchmarks/decision_probes.py [--model checkpoints/retail-sim-tiny] [--train 300] [--test 200]
+    python benchmarks/decision_probes.py [--model checkpoints/retail-sim-tiny] [--train 1500] [--test 200]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from trace_train.paths import REPO_ROOT
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(REPO_ROOT / "checkpoints" / "retail-sim-tiny"))
-    parser.add_argument("--train", type=int, default=300, help="train-split expert episodes to fit on")
+    parser.add_argument("--train", type=int, default=1500, help="train-split expert episodes to fit on")
     parser.add_argument("--test", type=int, default=200, help="test-split expert episodes to score on")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

@@ -153,7 +153,7 @@ class Bootstrapper:
         """Train to ``cfg.last_step`` (resuming if a checkpoint exists); returns the summary.
 
         ``linear_probes``: the summary also holds fresh linear probes of every decision on the finished model
-        (:func:`trace_train.bootstrap.linear_probe.linear_probes` on 3x / 2x ``probe_episodes`` train / test
+        (:func:`trace_train.bootstrap.linear_probe.linear_probes` on 15x / 2x ``probe_episodes`` train / test
         episodes; added to a cached summary that lacks them).
         Raises :class:`BootstrapPaused` when ``cfg.time_budget_min`` runs out first (the checkpoint is saved)."""
         if self.is_done():
@@ -167,8 +167,8 @@ class Bootstrapper:
         if "linear_probes" in summary:
             return summary
         model, tokenizer = load_policy(self.model_dir)
-        probes = fresh_linear_probes(model, tokenizer, self.cfg, train_episodes=3 * self.cfg.probe_episodes,
-                                     test_episodes=2 * self.cfg.probe_episodes)  # 300 / 200 for the shipped base
+        probes = fresh_linear_probes(model, tokenizer, self.cfg, train_episodes=15 * self.cfg.probe_episodes,
+                                     test_episodes=2 * self.cfg.probe_episodes)  # 1500 / 200 for the shipped base
         summary = {**summary, "linear_probes": probes}
         write_json_atomic(self.dir / "bootstrap.json", summary)
         return summary
