@@ -16,6 +16,7 @@ from trace_train.bootstrap.data import (
     entity_token_ids,
     expert_episodes,
     reason_evidence,
+    train_tokenizer,
 )
 from trace_train.bootstrap.number_copy import (
     COPY_HEAD,
@@ -26,7 +27,7 @@ from trace_train.bootstrap.number_copy import (
     number_token_ids,
 )
 from trace_train.model import ChatRenderer, load_policy
-from trace_train.paths import CONF_DIR, REPO_ROOT
+from trace_train.paths import CONF_DIR
 
 TINY = dict(steps=2, batch_size=3, tokenizer_episodes=40, probe_episodes=4, checkpoint_every=2, warmup_steps=1,
             lr=3e-3, max_len=1024, threads=1, copy_loss_weight=1.0, atomic_numbers=1000, number_copy_weight=1.0)
@@ -101,9 +102,9 @@ def test_number_tokens_need_a_tokenizer_with_atomic_numbers(numbered):
     _, tokenizer, _, _ = numbered
     ids = number_token_ids(tokenizer, 1000)
     assert len(ids) == 1000 and tokenizer.convert_ids_to_tokens(sorted(ids)[:1]) == ["0"]
-    shipped = load_policy(REPO_ROOT / "checkpoints" / "retail-sim-tiny")[1]
+    digits = train_tokenizer(BootstrapConfig(**{**TINY, "atomic_numbers": 0, "number_copy_weight": 0.0}))
     with pytest.raises(ValueError, match="bootstrap.atomic_numbers"):
-        number_token_ids(shipped, 1000)
+        number_token_ids(digits, 1000)
 
 
 def test_the_pointer_term_reads_the_attention_the_model_really_computes(numbered):
@@ -218,22 +219,20 @@ def test_entity_and_reason_copying_need_the_number_loss_and_change_the_hash_only
     assert BootstrapConfig(**{**TINY, key: False}).content_hash() == plain
 
 
-def test_the_numbers_chain_is_the_shipped_chain_with_atomic_numbers_copying_and_its_own_knobs():
+def test_the_shipped_chain_packs_atomic_numbers_and_copies_from_stage_three_on():
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        shipped = BootstrapConfig.from_dict(compose("bootstrap").bootstrap)
-        numbers = BootstrapConfig.from_dict(compose("bootstrap", overrides=["bootstrap=numbers"]).bootstrap)
+        stage = BootstrapConfig.from_dict(compose("bootstrap").bootstrap)
     stages = []
-    while numbers is not None:
-        stages.append((numbers, shipped))
-        numbers, shipped = numbers.parent, shipped.parent
-    assert len(stages) == 5 and shipped is None
-    for depth, (stage, plain) in enumerate(stages):
+    while stage is not None:
+        stages.append(stage)
+        stage = stage.parent
+    assert len(stages) == 5
+    for depth, stage in enumerate(stages):  # stage 5 first
         assert (stage.packing, stage.atomic_numbers) == ("packed", 1000)
         copies = depth < 3  # stages 5, 4, 3 copy numbers, ids and reasons
         assert (stage.number_copy_weight, stage.number_copy_entities, stage.number_copy_reasons) == (
             (1.0, True, True) if copies else (0.0, False, False))
-        knobs = dataclasses.asdict(plain.knobs)
-        if depth < 2:  # stages 5 and 4: multi-step and structured 0.55, precision 0.7
-            knobs.update(multi_step=0.55, structured=0.55, precision=0.7)
-        assert dataclasses.asdict(stage.knobs) == knobs
-        assert (stage.steps, stage.lr, stage.data_offset_steps) == (plain.steps, plain.lr, plain.data_offset_steps)
+    # stages 5 and 4: multi-step and structured 0.55, precondition and precision 0.7 (all above 0.5)
+    for stage in stages[:2]:
+        assert dataclasses.asdict(stage.knobs) == dict(precondition=0.7, structured=0.55, multi_step=0.55,
+                                                       precision=0.7)

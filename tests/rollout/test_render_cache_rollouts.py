@@ -37,7 +37,7 @@ def _play(policy, cached: bool, template: str | None, render_tools: bool):
         return real(messages, tools, gen)
 
     backend.renderer.text = text
-    requests = [EpisodeRequest(env, seed=7 + k, sample_seed=31 * k + i, group=k)
+    requests = [EpisodeRequest(env, seed=3 + k, sample_seed=31 * k + i, group=k)
                 for k, env in enumerate(ENVS) for i in range(2)]
     return backend.rollout(requests, SAMPLING), sum(rendered)
 
