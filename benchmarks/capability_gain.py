@@ -180,6 +180,7 @@ def main() -> None:
         need_gain = ada_need.rate - base_need.rate
         low, high = base_rest.interval
         rest_ok = low <= ada_rest.rate <= high
+        where = "inside" if rest_ok else "OUTSIDE (above)" if ada_rest.rate > high else "OUTSIDE (below)"
         kwargs = f" (env {row['env_kwargs']})" if row.get("env_kwargs") else ""
         print(f"\n{cap}{kwargs}: {row['iterations']} iterations, {row['wall_s']:.0f} s")
         print(f"  own env  base {fmt(own['base'])}   adapter {fmt(own['adapter'])}   gain {gain:+.3f}")
@@ -187,8 +188,7 @@ def main() -> None:
               f"gain {sampled_gain:+.3f}")
         print(f"  target, requiring it   base {fmt(base_need)}   adapter {fmt(ada_need)}   gain {need_gain:+.3f}")
         print(f"  target, not requiring  base {fmt(base_rest)}   adapter {fmt(ada_rest)}   "
-              f"{'inside' if rest_ok else 'OUTSIDE (above)' if ada_rest.rate > high else 'OUTSIDE (below)'} "
-              "the base's interval")
+              f"{where} the base's interval")
         # differences of rates of small integers: 0.71 - 0.51 is one ulp below 0.2, so compare with a tolerance
         goals = {f"own-env gain >= {args.gain:+.2f} (greedy)": gain >= args.gain - TIE_TOLERANCE,
                  f"target gain on tasks requiring it >= {args.target_gain:+.2f}":

@@ -26,6 +26,9 @@ def env_data_version(env_id: str) -> int:
 BOOTSTRAP_PACKING = ("none", "packed")  # a bootstrap batch is its seeds' episodes: no bucketing across batches
 
 
+NUMBER_COPY_WIDENINGS = ("number_copy_entities", "number_copy_reasons")  # flags that widen the number-copy loss
+
+
 @dataclass
 class KnobsConfig:
     precondition: float = 0.5
@@ -115,7 +118,7 @@ class BootstrapConfig:
         if self.number_copy_weight and not self.atomic_numbers:
             raise ValueError("bootstrap.number_copy_weight needs bootstrap.atomic_numbers > 0: a number is pointed "
                              "at as one token")
-        for key in ("number_copy_entities", "number_copy_reasons"):
+        for key in NUMBER_COPY_WIDENINGS:
             if getattr(self, key) and not self.number_copy_weight:
                 raise ValueError(f"bootstrap.{key} needs bootstrap.number_copy_weight > 0: it widens that loss")
 
@@ -152,7 +155,7 @@ class BootstrapConfig:
             relevant.pop("atomic_numbers")
         if not self.number_copy_weight:  # nor configs without number copying
             relevant.pop("number_copy_weight")
-        for key in ("number_copy_entities", "number_copy_reasons"):
+        for key in NUMBER_COPY_WIDENINGS:
             if not getattr(self, key):
                 relevant.pop(key)
         if not self.decision_loss_weight:  # configs without the head keep the hashes they had before it
