@@ -108,6 +108,26 @@ def split_by_requirement(eval_dir: Path, name: str, capability: str) -> tuple[Ra
     return RateCI(*need), RateCI(*rest)
 
 
+def alone_rate(eval_dir: Path, name: str, capability: str) -> RateCI:
+    """Success on the target's tasks that require ``capability`` and nothing else: the only tasks one adapter can
+    be expected to solve alone (a task that also needs another capability fails on that one)."""
+    hits = [int(r.success) for r in read_trajectories(eval_dir / f"trajectories_{name}.jsonl")
+            if set((r.info.get("task") or {}).get("required_capabilities") or []) == {capability}]
+    return RateCI(sum(hits), len(hits))
+
+
+def rates_by_case(eval_dir: Path, name: str) -> dict[str, RateCI]:
+    """Success per ``case/kind`` of a family env's episodes (the case the env drew, the kind of its first request)."""
+    counts: dict[str, list[int]] = {}
+    for record in read_trajectories(eval_dir / f"trajectories_{name}.jsonl"):
+        intents = (record.info.get("task") or {}).get("intents") or [{}]
+        group = "/".join(str(part) for part in (record.info.get("case"), intents[0].get("kind")) if part)
+        tally = counts.setdefault(group or "-", [0, 0])
+        tally[0] += int(record.success)
+        tally[1] += 1
+    return {group: RateCI(*tally) for group, tally in sorted(counts.items())}
+
+
 def fmt(rate: RateCI) -> str:
     low, high = rate.interval
     return f"{rate.rate:.3f} [{low:.3f}, {high:.3f}] n={rate.n}"
@@ -119,6 +139,8 @@ def run_capability(args: argparse.Namespace, capability: str, root: Path) -> dic
     if args.reuse and saved.exists():  # a finished capability of an earlier invocation (same --out)
         row = json.loads(saved.read_text())
         row["own"] = {name: RateCI(**rate) for name, rate in row["own"].items()}
+        row["own_by_case"] = {name: {g: RateCI(**rate) for g, rate in cases.items()}
+                              for name, cases in row.get("own_by_case", {}).items()}
         return row
     walls = train(args, capability, out)
     inside = [i for i, w in walls.items() if w <= args.budget_s] or [min(walls)]
@@ -130,10 +152,18 @@ def run_capability(args: argparse.Namespace, capability: str, root: Path) -> dic
                    out / "eval_own", env_kwargs_override(args, capability))
     row = {"capability": capability, "env_kwargs": args.env_kwargs.get(capability), "iterations": chosen,
            "wall_s": walls[chosen], "adapter": str(adapter),
-           "own": {name: overall(own, name) for name in ("base", "base_sampled", "adapter", "adapter_sampled")}}
-    own_counts = {k: {"successes": v.successes, "n": v.n} for k, v in row["own"].items()}
-    saved.write_text(json.dumps({**row, "own": own_counts}, indent=2))
+           "own": {name: overall(own, name) for name in ("base", "base_sampled", "adapter", "adapter_sampled")},
+           "own_by_case": {name: rates_by_case(own, name) for name in ("base", "adapter")}}
+    saved.write_text(json.dumps(_counts(row), indent=2))
     return row
+
+
+def _counts(row: dict) -> dict:
+    """``row`` with every RateCI as its {successes, n} (the form capability.json stores)."""
+    def plain(rate: RateCI) -> dict:
+        return {"successes": rate.successes, "n": rate.n}
+    return {**row, "own": {k: plain(v) for k, v in row["own"].items()},
+            "own_by_case": {k: {g: plain(v) for g, v in cases.items()} for k, cases in row["own_by_case"].items()}}
 
 
 def main() -> None:
@@ -189,6 +219,14 @@ def main() -> None:
         print(f"  target, requiring it   base {fmt(base_need)}   adapter {fmt(ada_need)}   gain {need_gain:+.3f}")
         print(f"  target, not requiring  base {fmt(base_rest)}   adapter {fmt(ada_rest)}   "
               f"{where} the base's interval")
+        base_alone, ada_alone = alone_rate(target, "base", cap), alone_rate(target, cap, cap)
+        ceiling = (base_alone.n - base_alone.successes) / base_need.n if base_need.n else 0.0
+        print(f"  target, requiring it alone  base {fmt(base_alone)}   adapter {fmt(ada_alone)}   (solving all of "
+              f"them would add {ceiling:+.3f} to the tasks requiring it)")
+        for group, base_rate in row.get("own_by_case", {}).get("base", {}).items():
+            ada_rate = row["own_by_case"]["adapter"].get(group, RateCI(0, 0))
+            print(f"  own env, {group}: base {base_rate.successes}/{base_rate.n}   "
+                  f"adapter {ada_rate.successes}/{ada_rate.n}")
         # differences of rates of small integers: 0.71 - 0.51 is one ulp below 0.2, so compare with a tolerance
         goals = {f"own-env gain >= {args.gain:+.2f} (greedy)": gain >= args.gain - TIE_TOLERANCE,
                  f"target gain on tasks requiring it >= {args.target_gain:+.2f}":
@@ -199,7 +237,8 @@ def main() -> None:
             print(f"  goal: {goal} -> {'met' if met else 'not met'}")
         summary[cap] = {"iterations": row["iterations"], "wall_s": row["wall_s"], "gain": gain,
                         "sampled_gain": sampled_gain, "target_need_gain": need_gain, "target_rest_inside": rest_ok,
-                        "goals": goals}
+                        "target_alone": {"base": base_alone.rate, "adapter": ada_alone.rate, "n": base_alone.n},
+                        "target_need_ceiling_alone": ceiling, "goals": goals}
     (root / "capability_gain.json").write_text(json.dumps(summary, indent=2))
 
 

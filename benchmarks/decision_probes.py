@@ -4,7 +4,9 @@ Fits one logistic regression per decision (``trace_train.bootstrap.decisions``: 
 structured, precision) on the final hidden states at the decision points of train-split expert episodes
 and prints held-out accuracy and balanced accuracy (chance 0.5) on test-split ones. The probe weighs both
 labels equally (the estimator for balanced accuracy); the unweighted probe's figure is printed beside it. Target of the
-embedded default's base: >= 0.8 held-out for every decision.
+embedded default's base: >= 0.8 held-out for every decision. A second table gives the balanced probe's accuracy on
+each case group (precondition by request kind and order status, precision by kind), where an overall figure can hide
+a case read at chance.
 
     python benchmarks/decision_probes.py [--model checkpoints/retail-sim-tiny] [--train 1500] [--test 200]
 """
@@ -46,6 +48,11 @@ def main() -> None:
         ok = "met" if s["balanced_accuracy"] >= 0.8 else "not met"
         print(f"| {decision} | {s['points']} | {s['positive_share']:.2f} | {s['accuracy']:.3f} | "
               f"{s['balanced_accuracy']:.3f} | {ok} | {s['unweighted_balanced_accuracy']:.3f} |")
+    print("\n| decision | case | held-out points | accuracy |")
+    print("|---|---|---|---|")
+    for decision, s in probes.items():
+        for case, accuracy in s.get("accuracy_by_case", {}).items():
+            print(f"| {decision} | {case} | {s['points_by_case'][case]} | {accuracy:.3f} |")
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

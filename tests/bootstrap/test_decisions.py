@@ -15,6 +15,8 @@ from trace_train.model import ChatRenderer, load_policy
 TINY = dict(steps=4, batch_size=2, tokenizer_episodes=40, probe_episodes=6, checkpoint_every=4, warmup_steps=1,
             lr=3e-3, max_len=1024)
 ORACLE = KnobsConfig(**vars(ExpertKnobs()))
+ALLOWED_STATUS = {"cancel": "pending", "modify_items": "pending", "modify_address": "pending", "return": "delivered",
+                  "exchange": "delivered"}
 
 
 def test_decision_points_sit_before_the_turn_that_acts_or_refuses(tmp_path):
@@ -32,6 +34,10 @@ def test_decision_points_sit_before_the_turn_that_acts_or_refuses(tmp_path):
         for point, intent in zip(example.decisions, writes):
             assert point.label == (not intent["eligible"]) and point.decision == "precondition"
             assert point.case == ("allow" if intent["eligible"] else intent["ineligible_reason"])
+            kind, status = point.detail.split("/")  # the looked-up order's status, read from the tool result
+            assert kind == intent["kind"] and point.group == f"{point.case}/{kind}/{status}"
+            if point.case in ("allow", "status"):  # allowed exactly on the kind's one allowed status
+                assert (status == ALLOWED_STATUS[kind]) == (point.case == "allow"), (point.case, kind, status)
             first = tokenizer.decode([example.ids[point.position + 1]])
             assert example.loss_mask[point.position + 1] == 1 and example.loss_mask[point.position] == 0
             if point.label:
@@ -115,7 +121,7 @@ def test_every_capability_has_its_decision_points_labelled_from_the_task(tmp_pat
         for p, intent in zip(by["precision"], acts):
             exact = intent["kind"] == "modify_address" or intent["reason"] == "ordered by mistake" or \
                 intent["refund_to_gift_card"]
-            assert p.label == bool(exact)
+            assert p.label == bool(exact) and p.group == f"{p.case}/{intent['kind']}"
         for p in example.decisions:
             seen[p.case] = seen.get(p.case, 0) + 1
     for case in ("requests_left", "none_left", "target", "distractor", "exact_value", "default_value", "allow",

@@ -46,6 +46,15 @@ class DecisionPoint:
     # constraint; precision: the user stated a non-default value
     case: str
     decision: str = "precondition"
+    # what the case does not say and a probe's errors may hinge on: precondition, the request's kind and the looked-up
+    # order's status ("cancel/delivered": a cancel is refused on any status but pending); precision, the kind
+    detail: str = ""
+
+    @property
+    def group(self) -> str:
+        """The case, refined by the detail when there is one (``status/cancel/delivered``): the key of per-case
+        accuracies."""
+        return f"{self.case}/{self.detail}" if self.detail else self.case
 
 
 @dataclass(frozen=True)
@@ -92,8 +101,11 @@ def _precondition(turns: list[_Turn], task: dict[str, Any], **_: Any) -> list[De
         if intent is None:
             continue
         eligible = bool(intent.get("eligible", True))
+        order = _json(turn.previous.get("content", ""))
+        status = order.get("status", "") if isinstance(order, dict) else ""
         points.append(DecisionPoint(turn.start, not eligible,
-                                    "allow" if eligible else intent.get("ineligible_reason") or "other"))
+                                    "allow" if eligible else intent.get("ineligible_reason") or "other",
+                                    detail=f"{intent.get('kind', '')}/{status}"))
     return points
 
 
@@ -150,7 +162,8 @@ def _precision(turns: list[_Turn], task: dict[str, Any], **_: Any) -> list[Decis
             continue
         exact = (intent["kind"] == "modify_address" or (intent["kind"] == "cancel" and intent.get("reason") ==
                  "ordered by mistake") or (intent["kind"] == "return" and bool(intent.get("refund_to_gift_card"))))
-        points.append(DecisionPoint(turn.start, exact, "exact_value" if exact else "default_value", "precision"))
+        points.append(DecisionPoint(turn.start, exact, "exact_value" if exact else "default_value", "precision",
+                                    intent["kind"]))
     return points
 
 

@@ -27,14 +27,16 @@ PROBE_TRAIN_OFFSET = 900_000  # train-split seeds far from the BC stream and the
 @torch.no_grad()
 def decision_features(model: torch.nn.Module, tokenizer: Any, cfg: BootstrapConfig, seeds: Sequence[int],
                       decisions: Sequence[str] = DECISIONS, batch_size: int = 8
-                      ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Per decision: (final hidden states at its points, labels) over expert episodes on ``seeds``."""
+                      ) -> dict[str, tuple[torch.Tensor, torch.Tensor, list[str]]]:
+    """Per decision: (final hidden states at its points, labels, each point's case group
+    (:attr:`~trace_train.bootstrap.decisions.DecisionPoint.group`)) over expert episodes on ``seeds``."""
     renderer = ChatRenderer(tokenizer)
     cfg = replace(cfg, decisions=tuple(decisions), decision_loss_weight=1.0)
     records = expert_episodes(cfg, list(seeds), env_kwargs={}, hints=False)
     examples = [encode(renderer, r, cfg, with_decisions=True) for r in records]
     feats: dict[str, list[torch.Tensor]] = {d: [] for d in decisions}
     labels: dict[str, list[float]] = {d: [] for d in decisions}
+    groups: dict[str, list[str]] = {d: [] for d in decisions}
     for start in range(0, len(examples), batch_size):
         chunk = examples[start: start + batch_size]
         ids, attn, _, _ = (torch.from_numpy(a) for a in pad_batch(chunk, tokenizer.pad_token_id))
@@ -43,8 +45,9 @@ def decision_features(model: torch.nn.Module, tokenizer: Any, cfg: BootstrapConf
             for p in example.decisions or []:
                 feats[p.decision].append(hidden[row, p.position])
                 labels[p.decision].append(float(p.label))
+                groups[p.decision].append(p.group)
     return {d: (torch.stack(feats[d]) if feats[d] else torch.zeros(0, model.config.hidden_size),
-                torch.tensor(labels[d])) for d in decisions}
+                torch.tensor(labels[d]), groups[d]) for d in decisions}
 
 
 def fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int = 300, l2: float = 1e-3, seed: int = 0,
@@ -89,9 +92,12 @@ def score(probe: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor) -> dict[str,
 
 
 def linear_probes(model: torch.nn.Module, tokenizer: Any, cfg: BootstrapConfig, train_episodes: int = 1500,
-                  test_episodes: int = 200, decisions: Sequence[str] = DECISIONS) -> dict[str, dict[str, float]]:
+                  test_episodes: int = 200, decisions: Sequence[str] = DECISIONS) -> dict[str, dict[str, Any]]:
     """Held-out accuracy of a fresh linear probe per decision (train-split fit, test-split score): the
-    label-balanced probe of :func:`fit_probe`, and the unweighted one's balanced accuracy beside it.
+    label-balanced probe of :func:`fit_probe`, and the unweighted one's balanced accuracy beside it; and the
+    balanced probe's accuracy on each case group (``accuracy_by_case``, ``points_by_case``), since a decision read
+    at 0.85 overall can still be read at chance on the cases a capability env trains (the precondition refusals
+    that hinge on the request's kind and the order's status, README session 28).
 
     A probe has ``hidden_size`` + 1 weights; 300 train episodes give a rare decision ~300 points, too few to
     pin 129 weights down (on one base the held-out figure moved by 0.05 with the L2 strength), so the default
@@ -106,13 +112,26 @@ def linear_probes(model: torch.nn.Module, tokenizer: Any, cfg: BootstrapConfig, 
         model.train(was_training)
     out = {}
     for d in decisions:
-        (x, y), (xt, yt) = train[d], test[d]
+        (x, y, _), (xt, yt, groups) = train[d], test[d]
         if len(y) < 2 or len(yt) == 0 or y.min() == y.max():
             out[d] = {"accuracy": float("nan"), "balanced_accuracy": float("nan"), "points": int(len(yt)),
                       "positive_share": float(yt.mean()) if len(yt) else float("nan"),
                       "unweighted_balanced_accuracy": float("nan"), "train_points": int(len(y))}
             continue
         unweighted = score(fit_probe(x, y, balanced=False), xt, yt)["balanced_accuracy"]
-        out[d] = {**score(fit_probe(x, y), xt, yt), "unweighted_balanced_accuracy": unweighted,
-                  "train_points": int(len(y))}
+        probe = fit_probe(x, y)
+        out[d] = {**score(probe, xt, yt), "unweighted_balanced_accuracy": unweighted, "train_points": int(len(y)),
+                  **accuracy_by_group(probe, xt, yt, groups)}
     return out
+
+
+def accuracy_by_group(probe: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor, groups: Sequence[str]
+                      ) -> dict[str, dict[str, float | int]]:
+    """``accuracy_by_case`` (the probe's accuracy on the points of each group) and ``points_by_case``."""
+    with torch.no_grad():
+        right = ((probe(x).squeeze(-1) > 0).float() == y).tolist()
+    hits: dict[str, list[bool]] = {}
+    for group, ok in zip(groups, right):
+        hits.setdefault(group, []).append(ok)
+    return {"accuracy_by_case": {g: sum(h) / len(h) for g, h in sorted(hits.items())},
+            "points_by_case": {g: len(h) for g, h in sorted(hits.items())}}
