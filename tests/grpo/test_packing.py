@@ -24,7 +24,10 @@ from trace_train.rollout.hf import HFRolloutBackend
 
 torch.set_num_threads(1)
 ENV_ID = "trace/precondition_verification-v0"
-ATOL = 1e-5
+# float32 log-probs reach ~10 in magnitude; padded and packed attention sum in other orders, a few ulps of 1e-6 each
+# (session 28's box measured 1.14e-5 where session 27's stayed under 1e-5); a misplaced mask or position moves them
+# by 0.1 or more
+ATOL = 3e-5
 
 
 @pytest.fixture(scope="module")
