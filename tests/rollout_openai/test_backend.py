@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
@@ -137,17 +137,34 @@ def test_server_context_limit_is_respected(model, tokenizer):
     assert all(len(b["prompt"]) + b["max_tokens"] <= limit - 1 for b in _completions(srv))
 
 
-def test_live_episodes_advance_concurrently(model, tokenizer):
-    def slow(path, body, n):
-        return 0.4 if path == "/v1/completions" else None
+class _InFlight:
+    """A server hook that holds each completion until ``expected`` are in flight (or ``wait_s`` passes)."""
 
-    reqs = _requests(2, 2, turns=1)
-    elapsed = {}
-    for workers in (4, 1):
-        with FakeOpenAIServer(model, tokenizer, hook=slow) as srv:
-            backend = OpenAIRolloutBackend([srv.base_url], "tiny", tokenizer, max_concurrency=workers)
-            backend.check_server()
-            start = time.monotonic()
-            backend.rollout(reqs, SamplingParams(max_new_tokens=3))
-            elapsed[workers] = time.monotonic() - start
-    assert elapsed[1] >= 4 * 0.4 and elapsed[4] < 2 * 0.4
+    def __init__(self, expected: int, wait_s: float = 20.0) -> None:
+        self.expected, self.wait_s = expected, wait_s
+        self.active = self.peak = 0
+        self.cond = threading.Condition()
+
+    def __call__(self, path, body, n):
+        if path != "/v1/completions":
+            return None
+        with self.cond:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.active >= self.expected, timeout=self.wait_s)
+            self.active -= 1
+        return None
+
+
+@pytest.mark.parametrize("workers", [4, 1])
+def test_live_episodes_advance_concurrently(model, tokenizer, workers):
+    # Counts the requests the server holds at once rather than timing them: a loaded machine
+    # cannot make it fail, a backend that serialises episodes (or overshoots the cap) does.
+    hook = _InFlight(expected=workers)
+    with FakeOpenAIServer(model, tokenizer, hook=hook) as srv:
+        backend = OpenAIRolloutBackend([srv.base_url], "tiny", tokenizer, max_concurrency=workers)
+        backend.check_server()
+        records = backend.rollout(_requests(2, 2, turns=1), SamplingParams(max_new_tokens=3))
+    assert len(records) == 4
+    assert hook.peak == workers

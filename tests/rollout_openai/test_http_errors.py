@@ -64,14 +64,22 @@ def test_client_errors_are_not_retried(model, tokenizer):
         assert sum(p == "/v1/completions" for p in srv.paths()) == 1
 
 
+def _answer_late(path, body, n):
+    """Hook: every completion is answered (with an error, so no generation outlives the test) after 5 s."""
+    if path == "/v1/completions":
+        time.sleep(5.0)
+        return 503, "late"
+    return None
+
+
 def test_timeout_is_a_clear_error(model, tokenizer):
-    with FakeOpenAIServer(model, tokenizer, hook=_fail_completions([1.5, 1.5])) as srv:
+    with FakeOpenAIServer(model, tokenizer, hook=_answer_late) as srv:
         backend = _backend([srv.base_url], tokenizer, [], retries=1, timeout=0.3)
         backend.check_server()
         start = time.monotonic()
         with pytest.raises(RolloutServerError, match="timed out") as err:
             backend.rollout(REQS, SAMPLING)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 4.0  # gave up long before the 5 s answers (2 x 0.3 s)
     assert srv.base_url in str(err.value) and "after 2 attempts" in str(err.value)
 
 
