@@ -25,7 +25,7 @@ def test_decision_points_sit_before_the_turn_that_acts_or_refuses(tmp_path):
     runner.run(progress=False)
     _, tokenizer = load_policy(runner.model_dir)
     renderer = ChatRenderer(tokenizer)
-    seen = {"allow": 0, "ownership": 0, "status": 0}
+    seen, listings = {"allow": 0, "ownership": 0, "status": 0}, set()
     for record in expert_episodes(cfg, list(range(1_000_000, 1_000_040))):
         example = encode(renderer, record, cfg, with_decisions=True)
         intents = record.info["task"]["intents"]
@@ -34,8 +34,14 @@ def test_decision_points_sit_before_the_turn_that_acts_or_refuses(tmp_path):
         for point, intent in zip(example.decisions, writes):
             assert point.label == (not intent["eligible"]) and point.decision == "precondition"
             assert point.case == ("allow" if intent["eligible"] else intent["ineligible_reason"])
-            kind, status = point.detail.split("/")  # the looked-up order's status, read from the tool result
-            assert kind == intent["kind"] and point.group == f"{point.case}/{kind}/{status}"
+            kind, status, listing = point.detail.split("/")  # status and profile read from the tool results
+            assert kind == intent["kind"] and point.group == f"{point.case}/{kind}/{status}/{listing}"
+            profile = next(json.loads(m["content"]) for m in record.messages if m.get("name") == "get_user_details")
+            if point.case == "ownership":  # another customer's order is never in the user's profile
+                assert listing == ("unlisted" if profile["orders"] else "no-orders")
+            else:
+                assert listing == "listed" and intent["order_id"] in profile["orders"]
+            listings.add(listing)
             if point.case in ("allow", "status"):  # allowed exactly on the kind's one allowed status
                 assert (status == ALLOWED_STATUS[kind]) == (point.case == "allow"), (point.case, kind, status)
             first = tokenizer.decode([example.ids[point.position + 1]])
@@ -45,7 +51,7 @@ def test_decision_points_sit_before_the_turn_that_acts_or_refuses(tmp_path):
             elif intent["kind"] in ("cancel", "return"):
                 assert first == "Please"
             seen[point.case] += 1
-    assert min(seen.values()) > 0, seen
+    assert min(seen.values()) > 0 and listings == {"listed", "unlisted", "no-orders"}, (seen, listings)
 
 
 def test_decision_head_loss_is_binary_cross_entropy_at_the_points():

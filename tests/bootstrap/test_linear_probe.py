@@ -46,7 +46,8 @@ def test_a_bootstrap_records_its_linear_probes_once(tmp_path, monkeypatch):
     assert all(p["points"] > 0 and {"balanced_accuracy", "unweighted_balanced_accuracy"} <= set(p)
                for p in probes.values())
     for p in probes.values():  # every held-out point in exactly one case group, whose hits give the accuracy
-        assert sum(p["points_by_case"].values()) == p["points"] and set(p["accuracy_by_case"]) == set(p["points_by_case"])
+        assert sum(p["points_by_case"].values()) == p["points"]
+        assert set(p["accuracy_by_case"]) == set(p["points_by_case"])
         hits = sum(p["accuracy_by_case"][g] * n for g, n in p["points_by_case"].items())
         assert abs(hits / p["points"] - p["accuracy"]) < 1e-6  # accuracy is a float32 mean
     assert all("/" in g for g in probes["precondition"]["points_by_case"])  # refined by kind and order status

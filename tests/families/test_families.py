@@ -120,6 +120,26 @@ def test_precondition_reward_table():
     assert _play_actions(env, 2, lambda t: [f"I cannot change order {oid(t)}."], allow)[0] == 0.0
 
 
+def test_refusal_cases_show_the_same_order_lists_as_allowed_ones():
+    # Only whose order it is may tell an ownership case from an allowed one: an empty order list appeared in
+    # ownership cases alone, and GRPO learnt to refuse exactly when the list was empty (session 29).
+    from trace_envs.domains.retail_sim import RetailSimDomain
+
+    domain, lengths = RetailSimDomain(), {}
+    for case in domain.guard_cases:
+        for seed in range(120):
+            rng = np.random.default_rng(seed)
+            world = domain.new_world(rng)
+            request = domain.guarded_request(world, rng, ("cancel", "return")[seed % 2], case)
+            mine = domain.world_db(world)["users"][world.builder.user.user_id]["orders"]
+            assert (request.entity_id in mine) == (case != "ownership"), (case, seed)
+            lengths.setdefault(case, []).append(len(mine))
+    assert min(min(v) for v in lengths.values()) >= 1
+    assert {case: sorted(set(v)) for case, v in lengths.items()} == {case: [1, 2] for case in lengths}
+    shares = {case: np.mean(np.array(v) == 2) for case, v in lengths.items()}
+    assert max(shares.values()) - min(shares.values()) < 0.15, shares
+
+
 def test_act_credit_rewards_the_right_decision_executed_wrong():
     def sloppy_write(t):  # the gold tool on the requested order, one argument wrong
         intent = t["intents"][0]

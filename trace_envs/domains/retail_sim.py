@@ -130,6 +130,9 @@ class RetailSimDomain(Domain):
         if case == "allow":
             order, intent, words = b.own_order(_GOOD_STATUS[kind]), Intent(kind, ""), ()
         elif case == "ownership":
+            # the user has an order of their own here too: with an empty order list the refusal would be read
+            # off "orders": [] (a cue allowed and status cases never show) instead of off whose order it is
+            b.own_order(_pick(rng, ("pending", "delivered", "cancelled")))
             order = b.add_order(b.other, _GOOD_STATUS[kind], int(rng.integers(1, 3)), b.other_payment)
             intent, words = Intent(kind, "", eligible=False, ineligible_reason="ownership"), _OWNERSHIP_WORDS
         elif case == "status":

@@ -33,6 +33,7 @@ import torch
 
 DECISION_TOOL = "get_order_details"  # the lookup after which the expert acts on or refuses an order
 PRODUCT_TOOL = "get_product_details"
+PROFILE_TOOL = "get_user_details"
 DECISIONS = ("precondition", "multi_step", "structured", "precision")
 _PRECISION_KINDS = ("cancel", "return", "modify_address")
 
@@ -46,8 +47,10 @@ class DecisionPoint:
     # constraint; precision: the user stated a non-default value
     case: str
     decision: str = "precondition"
-    # what the case does not say and a probe's errors may hinge on: precondition, the request's kind and the looked-up
-    # order's status ("cancel/delivered": a cancel is refused on any status but pending); precision, the kind
+    # what the case does not say and a probe's errors may hinge on: precondition, the request's kind, the looked-up
+    # order's status ("cancel/delivered": a cancel is refused on any status but pending) and where the order stands in
+    # the user's profile as the agent last fetched it (``listed``, ``unlisted`` among the user's other orders,
+    # ``no-orders``: the profile lists none, ``unseen``: not fetched); precision, the kind
     detail: str = ""
 
     @property
@@ -93,7 +96,8 @@ def _looked_up_intent(turn: _Turn, intents: dict[str, dict[str, Any]]) -> dict[s
     return intents.get(_order_id(previous.get("content", "")))
 
 
-def _precondition(turns: list[_Turn], task: dict[str, Any], **_: Any) -> list[DecisionPoint]:
+def _precondition(turns: list[_Turn], task: dict[str, Any], messages: Sequence[dict[str, Any]] = (),
+                  **_: Any) -> list[DecisionPoint]:
     writes = {i["order_id"]: i for i in task.get("intents", []) if i.get("kind") != "question"}
     points = []
     for turn in turns:
@@ -103,10 +107,21 @@ def _precondition(turns: list[_Turn], task: dict[str, Any], **_: Any) -> list[De
         eligible = bool(intent.get("eligible", True))
         order = _json(turn.previous.get("content", ""))
         status = order.get("status", "") if isinstance(order, dict) else ""
+        listing = _listing(messages[:turn.index], intent["order_id"])
         points.append(DecisionPoint(turn.start, not eligible,
                                     "allow" if eligible else intent.get("ineligible_reason") or "other",
-                                    detail=f"{intent.get('kind', '')}/{status}"))
+                                    detail=f"{intent.get('kind', '')}/{status}/{listing}"))
     return points
+
+
+def _listing(before: Sequence[dict[str, Any]], order_id: str) -> str:
+    """Where ``order_id`` stands in the last user profile fetched in ``before`` (see ``DecisionPoint.detail``)."""
+    profile = next((_json(m.get("content", "")) for m in reversed(before)
+                    if m.get("role") == "tool" and m.get("name") == PROFILE_TOOL), None)
+    if not isinstance(profile, dict):
+        return "unseen"
+    orders = profile.get("orders") or []
+    return "listed" if order_id in orders else "unlisted" if orders else "no-orders"
 
 
 def _multi_step(turns: list[_Turn], task: dict[str, Any], **_: Any) -> list[DecisionPoint]:
@@ -188,7 +203,8 @@ def decision_points(messages: Sequence[dict[str, Any]], turns: Sequence[tuple[in
     ``ids`` and ``token_id`` (entity id -> its single token) locate candidates inside tool results.
     """
     spans = _turns(messages, turns)
-    return [p for d in check_decisions(decisions) for p in _FINDERS[d](spans, task, ids=ids, token_id=token_id)]
+    return [p for d in check_decisions(decisions)
+            for p in _FINDERS[d](spans, task, ids=ids, token_id=token_id, messages=messages)]
 
 
 def _find(ids: Sequence[int], token: int | None, start: int, stop: int) -> int | None:
