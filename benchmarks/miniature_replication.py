@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 TRACE = "TRACE (composed)"
+REPLICATION_BUDGET_MIN = 180  # preset=replication on two CPU cores (issue #19)
 
 
 def load(run_dir: Path) -> tuple[dict, dict, dict]:
@@ -43,6 +44,12 @@ def rollouts_and_wall(name: str, stages: dict) -> tuple[int | None, float | None
         if key in stages:
             return stages[key].get("outputs", {}).get("rollouts"), stages[key].get("wall_s")
     return (0, 0.0) if name == "base" else (None, None)
+
+
+def run_minutes(stages: dict) -> float:
+    """The run's compute time: every stage's recorded wall time (summed over the invocations that built its
+    current result, so a resumed stage counts each part once and a stage redone for new inputs only its redo)."""
+    return sum(s.get("wall_s") or 0.0 for s in stages.values()) / 60
 
 
 def spread(agg: dict | None) -> str:
@@ -119,6 +126,10 @@ def main() -> None:
         if tables is None:
             sys.exit(f"no replication tables in {run_dir} (run `trace-rl pipeline preset=replication` or --run)")
         print_replication(tables)
+        minutes = run_minutes(json.loads((run_dir / "pipeline.json").read_text())["stages"])
+        print(f"goal, run time <= {REPLICATION_BUDGET_MIN} min on 2 cores: {minutes:.1f} min summed over the "
+              f"stages' wall times (a paused stage counts its pause) -> "
+              f"{'met' if minutes <= REPLICATION_BUDGET_MIN else 'not met'}")
         print_best_choice(run_dir)
         return
     evaluation, stages, curves = load(run_dir)
