@@ -64,7 +64,7 @@ def main() -> None:
     minutes = {mode: 0.0 for mode in MODES}
     for number, pair in enumerate(zip(*(stages[mode] for mode in MODES)), start=1):
         cfg = dict(zip(MODES, pair))
-        data = [examples for _, (_, examples) in zip(range(args.steps), batches(cfg["none"], renderer, 0))]
+        data = [examples for _, (_, examples, _) in zip(range(args.steps), batches(cfg["none"], renderer, 0))]
         real = sum(len(e.ids) for b in data for e in b)
         padded = sum(max(len(e.ids) for e in b) * len(b) for b in data)
         states = {}

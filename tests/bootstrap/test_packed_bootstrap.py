@@ -21,7 +21,7 @@ def test_packed_hidden_states_equal_the_padded_forward_on_bc_batches():
     model, tokenizer = load_policy(SHIPPED)
     model.eval()
     cfg = BootstrapConfig(batch_size=4)
-    _, examples = next(batches(cfg, ChatRenderer(tokenizer), 0))
+    _, examples, _ = next(batches(cfg, ChatRenderer(tokenizer), 0))
     lengths = [len(e.ids) for e in examples]
     assert len(set(lengths)) > 1  # the batch really pads
     ids, attn, _, _ = (torch.from_numpy(a) for a in pad_batch(examples, tokenizer.pad_token_id))

@@ -129,20 +129,25 @@ class RetailSimEpisode(Episode):
 
 
 class RetailSimEnv(ToolUseEnv):
-    """The built-in retail-sim target. ``n_intents``/``kinds`` pin the task mix (tests, curricula)."""
+    """The built-in retail-sim target. ``n_intents``/``kinds`` pin the task mix (tests, curricula);
+    ``gift_card_rate`` is the share of eligible returns asking for a gift-card refund (default: the target's 0.5)."""
 
     # Bumped whenever the episodes a seed produces change; caches of data-trained models key on it.
     data_version = 1
 
     def __init__(self, max_steps: int = 30, max_errors: int = 5, n_intents: int | None = None,
-                 kinds: list[str] | None = None, render_mode: str | None = None):
+                 kinds: list[str] | None = None, gift_card_rate: float = 0.5, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
+        if not 0.0 <= gift_card_rate <= 1.0:
+            raise ValueError(f"gift_card_rate must be in [0, 1], got {gift_card_rate}")
         self.n_intents = n_intents
         self.kinds = kinds
+        self.gift_card_rate = gift_card_rate
         self._hint_capability: str | None = None
 
     def _new_episode(self, options: dict[str, Any] | None) -> RetailSimEpisode:
-        scenario = generate_scenario(self.np_random, n_intents=self.n_intents, kinds=self.kinds)
+        scenario = generate_scenario(self.np_random, n_intents=self.n_intents, kinds=self.kinds,
+                                     gift_card_rate=self.gift_card_rate)
         episode = RetailSimEpisode(scenario)
         self._hint_capability = hint_capability(scenario) if hint_requested(options) else None
         if self._hint_capability is not None:

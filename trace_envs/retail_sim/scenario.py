@@ -205,7 +205,7 @@ def address_change_intent(b: WorldBuilder, rng: np.random.Generator) -> Intent:
     return intent
 
 
-def _draw_intent(b: WorldBuilder, kind: str) -> Intent:
+def _draw_intent(b: WorldBuilder, kind: str, gift_card_rate: float = 0.5) -> Intent:
     rng = b.rng
     if kind in ("cancel", "return"):
         good_status = "pending" if kind == "cancel" else "delivered"
@@ -226,7 +226,7 @@ def _draw_intent(b: WorldBuilder, kind: str) -> Intent:
             intent.reason = ("no longer needed", "ordered by mistake")[int(rng.integers(2))]
             intent.utterance = f"Please cancel my order {intent.order_id}, {REASON_PHRASES[intent.reason]}."
         else:
-            intent.refund_to_gift_card = bool(intent.eligible and rng.random() < 0.5)
+            intent.refund_to_gift_card = bool(intent.eligible and rng.random() < gift_card_rate)
             if intent.refund_to_gift_card:
                 b.ensure_gift_card()
             refund = " and get the refund on my gift card" if intent.refund_to_gift_card else ""
@@ -293,12 +293,15 @@ def required_capabilities(intents: list[Intent]) -> list[str]:
 
 
 def generate_scenario(rng: np.random.Generator, seed: int | None = None, n_intents: int | None = None,
-                      kinds: list[str] | None = None) -> Scenario:
-    """Draw one task from ``rng`` (the env's ``np_random``)."""
+                      kinds: list[str] | None = None, gift_card_rate: float = 0.5) -> Scenario:
+    """Draw one task from ``rng`` (the env's ``np_random``). ``gift_card_rate``: the share of eligible returns whose
+    user asks for the refund on a gift card (the same draws at any rate, so 0.5 is the target's own mix)."""
+    if not 0.0 <= gift_card_rate <= 1.0:
+        raise ValueError(f"gift_card_rate must be in [0, 1], got {gift_card_rate}")
     b = WorldBuilder(rng)
     n = n_intents or int(rng.choice(len(_N_INTENT_PROBS), p=_N_INTENT_PROBS)) + 1
     chosen = kinds or [INTENT_KINDS[int(rng.choice(len(INTENT_KINDS), p=_KIND_PROBS))] for _ in range(n)]
-    intents = [_draw_intent(b, kind) for kind in chosen]
+    intents = [_draw_intent(b, kind, gift_card_rate) for kind in chosen]
     # A filler order so the user's order list is not just the task's orders.
     if rng.random() < 0.5:
         b.own_order(("pending", "delivered", "cancelled")[int(rng.integers(3))])

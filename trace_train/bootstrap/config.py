@@ -38,6 +38,27 @@ class KnobsConfig:
 
 
 @dataclass
+class FocusConfig:
+    """A second batch at every step, of episodes the stage's mix rarely shows: ``env_kwargs`` pin them (e.g. single
+    returns, most asking for a gift-card refund) and ``knobs`` override the stage's expert knobs for them. Its loss
+    (the stage's own: LM, copy, number copy, decisions) is added at ``weight``. Seeds come from their own range."""
+
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, float] = field(default_factory=dict)
+    batch_size: int = 8
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.knobs) - set(KnobsConfig.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"bootstrap.focus.knobs: unknown knob(s) {unknown}; "
+                             f"known: {sorted(KnobsConfig.__dataclass_fields__)}")
+        if self.batch_size < 1 or self.weight <= 0:
+            raise ValueError(f"bootstrap.focus needs batch_size >= 1 and weight > 0, got {self.batch_size}, "
+                             f"{self.weight}")
+
+
+@dataclass
 class BootstrapConfig:
     env: str = "trace/retail-sim-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {n_intents: 1} for a curriculum stage
@@ -107,6 +128,8 @@ class BootstrapConfig:
     # Continue from the model of another bootstrap config (staged training); it runs first if not cached.
     init_from: dict[str, Any] | None = None
     data_offset_steps: int = 0  # skip this many steps' worth of BC seeds (a continuation sees fresh episodes)
+    # A focused second batch per step (FocusConfig), e.g. the gift-card refunds the target's mix rarely shows.
+    focus: FocusConfig | None = None
 
     def __post_init__(self) -> None:
         if self.packing not in BOOTSTRAP_PACKING:
@@ -167,6 +190,8 @@ class BootstrapConfig:
             relevant.pop("decisions")
         else:
             relevant["decisions"] = list(self.decisions)
+        if self.focus is None:  # configs without a focus keep the hashes they had before it
+            relevant.pop("focus")
         if self.init_from:
             relevant["init_from"] = self.parent.content_hash()
         version = env_data_version(self.env)

@@ -23,6 +23,7 @@ from trace_train.rollout.scripted import ScriptedRolloutBackend
 # Train-split seeds are partitioned: the tokenizer corpus, then the BC stream (probe uses test seeds).
 TOKENIZER_SEED_OFFSET = 0
 TRAIN_SEED_OFFSET = 100_000
+FOCUS_SEED_OFFSET = 600_000  # the focus batches' own train seeds, past any BC stream's (8 per step: 62,500 steps)
 _HINT_TAG = 7  # keeps the hint draw independent of everything else drawn from a seed
 _NOTE_TAG = 11  # likewise for the system note
 MAX_NOTE_ITEMS = 4
@@ -183,14 +184,39 @@ def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
     return split_seeds("train", cfg.batch_size, offset=start)
 
 
-def batches(cfg: BootstrapConfig, renderer: ChatRenderer, start_step: int) -> Iterator[tuple[int, list[Example]]]:
+def focus_config(cfg: BootstrapConfig) -> BootstrapConfig | None:
+    """The config the focus episodes are played with: the stage's, with the focus's env kwargs and knobs (None
+    without a focus)."""
+    if cfg.focus is None:
+        return None
+    return replace(cfg, env_kwargs=dict(cfg.focus.env_kwargs), knobs=replace(cfg.knobs, **cfg.focus.knobs),
+                   batch_size=cfg.focus.batch_size, focus=None)
+
+
+def focus_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
+    """The train seeds of the focus batch of BC step ``step`` (their own range: the BC stream's are untouched)."""
+    if cfg.focus is None:
+        raise ValueError("focus_seeds needs a config with bootstrap.focus")
+    start = FOCUS_SEED_OFFSET + (cfg.data_offset_steps + step) * cfg.focus.batch_size
+    return split_seeds("train", cfg.focus.batch_size, offset=start)
+
+
+def batches(cfg: BootstrapConfig, renderer: ChatRenderer,
+            start_step: int) -> Iterator[tuple[int, list[Example], list[Example]]]:
+    """``(step, examples, focus examples)`` from ``start_step`` to the stage's last step (no focus: ``[]``)."""
     entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
     numbers = copy_head_token_ids(renderer.tokenizer, cfg) if cfg.number_copy_weight else None
     evidence = reason_evidence(renderer.tokenizer) if cfg.number_copy_reasons else ()
+    focus = focus_config(cfg)
+
+    def encoded(c: BootstrapConfig, records: list[TrajectoryRecord]) -> list[Example]:
+        return [encode(renderer, r, c, entity_ids, with_decisions=c.decision_loss_weight > 0, numbers=numbers,
+                       evidence=evidence) for r in records]
+
     for step in range(start_step, cfg.last_step):
-        records = expert_episodes(cfg, batch_seeds(cfg, step))
-        yield step, [encode(renderer, r, cfg, entity_ids, with_decisions=cfg.decision_loss_weight > 0,
-                            numbers=numbers, evidence=evidence) for r in records]
+        examples = encoded(cfg, expert_episodes(cfg, batch_seeds(cfg, step)))
+        focused = encoded(focus, expert_episodes(focus, focus_seeds(cfg, step))) if focus is not None else []
+        yield step, examples, focused
 
 
 def pad_batch(examples: Sequence[Example], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -221,10 +221,12 @@ class Bootstrapper:
                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
         with Progress(*columns, disable=not progress) as bar:
             task = bar.add_task("bc", total=cfg.last_step, completed=start_step, loss="-")
-            for step, examples in batches(cfg, renderer, start_step):
+            for step, examples, focused in batches(cfg, renderer, start_step):
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(cfg, step)
                 loss, decision_loss = batch_loss(model, head, examples, cfg, tokenizer.pad_token_id)
+                if focused:  # the focus batch's loss (same terms) at its weight
+                    loss = loss + cfg.focus.weight * batch_loss(model, head, focused, cfg, tokenizer.pad_token_id)[0]
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
