@@ -52,11 +52,15 @@ def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
     assert (runner.dir / "metrics.jsonl").read_text().splitlines() == lines
 
 
-@pytest.mark.parametrize("decision_weight,packing,numbers",
-                         [(0.0, "none", 0), (1.0, "none", 0), (1.0, "packed", 0), (1.0, "packed", 1000)])
-def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight, packing, numbers):
-    cfg = BootstrapConfig(**TINY, decision_loss_weight=decision_weight, packing=packing, atomic_numbers=numbers,
-                          number_copy_weight=1.0 if numbers else 0.0)  # numbers: with the number-copy loss
+@pytest.mark.parametrize("decision_weight,packing,numbers,focus",
+                         [(0.0, "none", 0, None), (1.0, "none", 0, None), (1.0, "packed", 0, None),
+                          (1.0, "packed", 1000, None), (1.0, "packed", 0, {"env_kwargs": {"kinds": ["return"]},
+                                                                           "batch_size": 2})])
+def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, decision_weight, packing, numbers,
+                                                      focus):
+    cfg = BootstrapConfig.from_dict({**TINY, "decision_loss_weight": decision_weight, "packing": packing,
+                                     "atomic_numbers": numbers, "number_copy_weight": 1.0 if numbers else 0.0,
+                                     "focus": focus})  # numbers: with the number-copy loss; focus: its second batch
     clean = bc.Bootstrapper(cfg, tmp_path / "clean")
     clean.run(progress=False)
 
