@@ -19,7 +19,7 @@ from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tree_copy import copy_tree
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 from trace_envs.retail_sim.policy import POLICY
-from trace_envs.retail_sim.scenario import Scenario, generate_scenario
+from trace_envs.retail_sim.scenario import Scenario, check_gift_card_rate, generate_scenario
 from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
 from trace_envs.retail_sim.user import ScriptedUser
 
@@ -138,8 +138,7 @@ class RetailSimEnv(ToolUseEnv):
     def __init__(self, max_steps: int = 30, max_errors: int = 5, n_intents: int | None = None,
                  kinds: list[str] | None = None, gift_card_rate: float = 0.5, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
-        if not 0.0 <= gift_card_rate <= 1.0:
-            raise ValueError(f"gift_card_rate must be in [0, 1], got {gift_card_rate}")
+        check_gift_card_rate(gift_card_rate)  # at construction, not at the first reset
         self.n_intents = n_intents
         self.kinds = kinds
         self.gift_card_rate = gift_card_rate

@@ -292,12 +292,17 @@ def required_capabilities(intents: list[Intent]) -> list[str]:
     return [c for c in CAPABILITIES if c in need]
 
 
+def check_gift_card_rate(rate: float) -> None:
+    """``gift_card_rate`` is a share: in [0, 1]."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"gift_card_rate must be in [0, 1], got {rate}")
+
+
 def generate_scenario(rng: np.random.Generator, seed: int | None = None, n_intents: int | None = None,
                       kinds: list[str] | None = None, gift_card_rate: float = 0.5) -> Scenario:
     """Draw one task from ``rng`` (the env's ``np_random``). ``gift_card_rate``: the share of eligible returns whose
     user asks for the refund on a gift card (the same draws at any rate, so 0.5 is the target's own mix)."""
-    if not 0.0 <= gift_card_rate <= 1.0:
-        raise ValueError(f"gift_card_rate must be in [0, 1], got {gift_card_rate}")
+    check_gift_card_rate(gift_card_rate)
     b = WorldBuilder(rng)
     n = n_intents or int(rng.choice(len(_N_INTENT_PROBS), p=_N_INTENT_PROBS)) + 1
     chosen = kinds or [INTENT_KINDS[int(rng.choice(len(INTENT_KINDS), p=_KIND_PROBS))] for _ in range(n)]
