@@ -113,16 +113,18 @@ def test_a_focused_stage_adds_the_focus_loss_at_its_weight(tmp_path, monkeypatch
         assert seen[step] == pytest.approx(main + 0.5 * focus, rel=1e-6)
 
 
-def test_the_gift_card_stage_is_a_focused_sixth_stage_on_the_shipped_chain():
+def test_the_gift_card_chain_is_the_shipped_chain_with_the_focus_in_stages_four_and_five():
     from omegaconf import OmegaConf
 
     def load(name):
         return OmegaConf.to_container(OmegaConf.load(f"conf/bootstrap/{name}.yaml"), resolve=True)
 
-    stage6, shipped = load("gift_card_focus"), load("default")
-    assert stage6["init_from"] == shipped
-    cfg = BootstrapConfig.from_dict(stage6)
-    assert cfg.parent.content_hash() == BootstrapConfig.from_dict(shipped).content_hash()
-    assert cfg.data_offset_steps == cfg.parent.data_offset_steps + cfg.parent.steps  # fresh episodes
-    assert cfg.knobs == cfg.parent.knobs and cfg.focus.knobs == {"precision": 0.6}  # greedy still sloppy (> 0.5)
-    assert cfg.focus.env_kwargs["gift_card_rate"] == 1.0 and cfg.focus.env_kwargs["kinds"] == ["return"]
+    candidate, shipped = load("gift_card_chain"), load("default")
+    for stage, weight in ((candidate, 2.0), (candidate["init_from"], 1.0)):
+        focus = stage.pop("focus")
+        cfg = FocusConfig(**focus)
+        assert cfg.weight == weight and cfg.env_kwargs == RETURNS and cfg.knobs == {"precision": 0.6}
+    assert candidate == shipped  # without the two focus blocks: the shipped chain, every stage and offset
+    cfg = BootstrapConfig.from_dict(load("gift_card_chain"))
+    assert cfg.parent.parent.content_hash() == BootstrapConfig.from_dict(load("stage3")).content_hash()
+    assert cfg.content_hash() != BootstrapConfig.from_dict(shipped).content_hash()
