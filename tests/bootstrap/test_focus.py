@@ -113,18 +113,26 @@ def test_a_focused_stage_adds_the_focus_loss_at_its_weight(tmp_path, monkeypatch
         assert seen[step] == pytest.approx(main + 0.5 * focus, rel=1e-6)
 
 
-def test_the_gift_card_chain_is_the_shipped_chain_with_the_focus_in_stages_four_and_five():
+def test_the_shipped_chain_carries_the_gift_card_focus_in_stages_four_and_five_only():
     from omegaconf import OmegaConf
 
     def load(name):
         return OmegaConf.to_container(OmegaConf.load(f"conf/bootstrap/{name}.yaml"), resolve=True)
 
-    candidate, shipped = load("gift_card_chain"), load("default")
-    for stage, weight in ((candidate, 2.0), (candidate["init_from"], 1.0)):
-        focus = stage.pop("focus")
-        cfg = FocusConfig(**focus)
-        assert cfg.weight == weight and cfg.env_kwargs == RETURNS and cfg.knobs == {"precision": 0.6}
-    assert candidate == shipped  # without the two focus blocks: the shipped chain, every stage and offset
-    cfg = BootstrapConfig.from_dict(load("gift_card_chain"))
-    assert cfg.parent.parent.content_hash() == BootstrapConfig.from_dict(load("stage3")).content_hash()
-    assert cfg.content_hash() != BootstrapConfig.from_dict(shipped).content_hash()
+    shipped, hints, stage3 = load("default"), load("with_hints"), load("stage3")
+    for stage in (shipped, shipped["init_from"], hints):
+        cfg = FocusConfig(**stage["focus"])
+        # single returns whose user asks for the gift card, cloned at precision knob 0.6, one batch per step
+        assert cfg.weight == 1.0 and cfg.env_kwargs == RETURNS and cfg.knobs == {"precision": 0.6}
+        assert cfg.batch_size == stage["batch_size"]
+    # stage 4 of the chain is the hints stage, focus and all; stages 1-3 never saw the focus
+    with_focus = BootstrapConfig.from_dict(shipped)
+    assert with_focus.parent.content_hash() == BootstrapConfig.from_dict(hints).content_hash()
+    assert with_focus.parent.parent.content_hash() == BootstrapConfig.from_dict(stage3).content_hash()
+    stage = with_focus.parent.parent
+    while stage is not None:
+        assert stage.focus is None
+        stage = stage.parent
+    without = {**shipped, "init_from": {**shipped["init_from"]}}
+    without.pop("focus"), without["init_from"].pop("focus")
+    assert with_focus.content_hash() != BootstrapConfig.from_dict(without).content_hash()

@@ -105,7 +105,7 @@ def test_trl_grpo_trainer_trains_on_the_env_rollouts(tmp_path):
                           top_k=0, loss_type="bnpo", report_to="none", use_cpu=True, bf16=False, save_strategy="no",
                           logging_steps=1, disable_tqdm=True, seed=0, lr_scheduler_type="constant")
     trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tok,
-                              train_dataset=Dataset.from_dict({"prompt": seed_prompts([110, 111])}),
+                              train_dataset=Dataset.from_dict({"prompt": seed_prompts([113, 133])}),
                               rollout_func=Spy(), peft_config=LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
                                                                          target_modules=["q_proj", "v_proj"]))
     scored = []
