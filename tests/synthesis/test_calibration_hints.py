@@ -1,5 +1,7 @@
 """Calibration with hints (paper §3.5) on a scripted policy that reads them."""
 
+import logging
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -52,12 +54,17 @@ def test_no_hint_fraction_means_no_split_and_the_reading_expert_is_unchanged():
     assert stats.success_rate == pytest.approx(_allowed_share(20, 0.5))
 
 
-def test_a_family_too_hard_unhinted_passes_the_gate_with_hints_and_says_so():
+def test_a_family_too_hard_unhinted_passes_the_gate_with_hints_and_says_so(caplog):
     hard = _config(uptake=0.5, fraction=0.5, refuse_fraction=0.9)
-    result = search_knobs("precondition_verification", hard)
+    with caplog.at_level(logging.INFO, logger="trace_envs.synthesis.calibrate"):
+        result = search_knobs("precondition_verification", hard)
     trial = result.trials[0]
     assert trial.unhinted_failures  # alone, the unhinted members are below the gate
     assert trial.passed and trial.needs_hints
     assert result.to_dict()["chosen"]["needs_hints"] is True
+    # the log line names the bounds the unhinted half misses, and the group size it is judged at
+    line = next(r.getMessage() for r in caplog.records if "PASS" in r.getMessage())
+    assert "passes only with hints: unhinted alone as groups of 4" in line
+    assert all(failure in line for failure in trial.unhinted_failures)
     unhinted_only = search_knobs("precondition_verification", _config(uptake=0.5, fraction=0.0, refuse_fraction=0.9))
     assert not unhinted_only.passed and unhinted_only.trials[0].unhinted_failures is None

@@ -271,11 +271,16 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
 
 
 def _hint_note(stats: CalibrationStats, trial: Trial) -> str:
+    """The hinted/unhinted split of a trial's log line; when it passes only with hints, the bounds the unhinted
+    members miss on their own (judged as groups of their own size, which a group bound fails more easily)."""
     if stats.hinted is None:
         return ""
     unhinted = "–" if stats.unhinted is None else f"{stats.unhinted.success_rate:.3f}"
-    return (f" (success hinted {stats.hinted.success_rate:.3f}, unhinted {unhinted}"
-            f"{'; passes only with hints' if trial.needs_hints else ''})")
+    only_hinted = ""
+    if trial.needs_hints:
+        size = "" if stats.unhinted is None else f" as groups of {stats.unhinted.group_size}"
+        only_hinted = f"; passes only with hints: unhinted alone{size}, {'; '.join(trial.unhinted_failures or [])}"
+    return f" (success hinted {stats.hinted.success_rate:.3f}, unhinted {unhinted}{only_hinted})"
 
 
 def too_hard(stats: CalibrationStats, gate: CalibrationGate) -> bool:
