@@ -279,7 +279,7 @@ def _hint_note(stats: CalibrationStats, trial: Trial) -> str:
     only_hinted = ""
     if trial.needs_hints:
         size = "" if stats.unhinted is None else f" as groups of {stats.unhinted.group_size}"
-        only_hinted = f"; passes only with hints: unhinted alone{size}, {'; '.join(trial.unhinted_failures or [])}"
+        only_hinted = f"; passes only with hints: unhinted alone{size}, {'; '.join(trial.unhinted_failures)}"
     return f" (success hinted {stats.hinted.success_rate:.3f}, unhinted {unhinted}{only_hinted})"
 
 
