@@ -22,6 +22,8 @@ TRAINED_BASELINES = ("grpo_target", "grpo_target_4x", "mixture", "sft")
 STAGES = ("bootstrap", "rollouts", "analysis", "synthesis", "train", "compose", "baselines", "eval", "routing",
           "replication", "report")
 GATE_GRPO_ROWS = ("target", "mixture")
+# GRPO keys a trained baseline may not override: its rollout budget is TRACE's by design, its seed the run's
+FIXED_BASELINE_GRPO_KEYS = ("iterations", "groups_per_iter", "group_size", "seed")
 
 
 @dataclass
@@ -133,6 +135,8 @@ class PipelineConfig:
     labeler: str = "programmatic"
     capabilities: list[str] | None = None  # None: the analysis' selection; else train exactly these
     baselines: list[str] = field(default_factory=lambda: ["grpo_target"])
+    # per trained baseline, grpo keys it trains with instead of the grpo group's, e.g. {sft: {ppo_epochs: 1}}
+    baseline_grpo: dict[str, dict[str, Any]] = field(default_factory=dict)
     rollouts: RolloutStageConfig = field(default_factory=RolloutStageConfig)
     train: TrainStageConfig = field(default_factory=TrainStageConfig)
     compose: ComposeStageConfig = field(default_factory=ComposeStageConfig)
@@ -153,6 +157,7 @@ class PipelineConfig:
         if bad:
             raise ValueError(f"pipeline.baselines: unknown baselines {bad}; choose from {list(BASELINES)}")
         check_force(self.force)
+        self._validate_baseline_grpo()
         if self.report.routing_sample < 0:
             raise ValueError(f"pipeline.report.routing_sample must be >= 0, got {self.report.routing_sample}")
         if self.labeler not in ("programmatic", "llm"):
@@ -177,6 +182,35 @@ class PipelineConfig:
         if self.train.max_capabilities < 1:
             raise ValueError(f"pipeline.train.max_capabilities must be >= 1, got {self.train.max_capabilities}")
         self._validate_replication()
+
+    def _validate_baseline_grpo(self) -> None:
+        for name, override in self.baseline_grpo.items():
+            if name not in TRAINED_BASELINES:
+                raise ValueError(f"pipeline.baseline_grpo.{name}: not a trained baseline; choose from "
+                                 f"{list(TRAINED_BASELINES)}")
+            fixed = sorted(set(override) & set(FIXED_BASELINE_GRPO_KEYS))
+            if fixed:
+                raise ValueError(f"pipeline.baseline_grpo.{name}: {fixed} cannot differ per baseline (the rollout "
+                                 "budget is TRACE's, the seed the run's); set them in the grpo group")
+            if name not in self.baselines:
+                logger.warning("pipeline.baseline_grpo.%s: %s is not in pipeline.baselines %s; ignored",
+                               name, name, self.baselines)
+
+    def baseline_grpo_cfg(self, name: str, grpo: Any) -> Any:
+        """The GRPO config trained baseline ``name`` trains with: ``grpo`` with ``baseline_grpo.<name>`` over it
+        (built strictly and validated: an unknown or invalid key fails with its path)."""
+        override = self.baseline_grpo.get(name)
+        if not override:
+            return grpo
+        base = grpo.to_dict()  # a nested key ({lora: {r: 8}}) overrides that key only
+        data = {k: {**base[k], **v} if isinstance(v, Mapping) and isinstance(base.get(k), dict) else v
+                for k, v in override.items()}
+        merged = type(grpo).from_mapping({**base, **data}, path=f"pipeline.baseline_grpo.{name}")
+        try:
+            merged.validate()
+        except ValueError as err:
+            raise ValueError(f"pipeline.baseline_grpo.{name}: {err}") from err
+        return merged
 
     def _validate_replication(self) -> None:
         rep = self.replication
@@ -286,6 +320,9 @@ class PipelineConfigs:
 
         grpo = GRPOConfig.from_mapping(OmegaConf.to_container(cfg.grpo, resolve=True))
         grpo.validate()
-        return cls(pipeline=PipelineConfig.from_dict(cfg.pipeline), bootstrap=BootstrapConfig.from_dict(cfg.bootstrap),
+        pipeline = PipelineConfig.from_dict(cfg.pipeline)
+        for name in pipeline.baseline_grpo:  # a bad per-row key fails now, not when that row starts training
+            pipeline.baseline_grpo_cfg(name, grpo)
+        return cls(pipeline=pipeline, bootstrap=BootstrapConfig.from_dict(cfg.bootstrap),
                    analysis=AnalysisConfig.from_dict(cfg.analysis), synthesis=SynthesisConfig.from_dict(cfg.synthesis),
                    grpo=grpo, moe=MoEConfig.from_dict(cfg.moe))

@@ -92,7 +92,8 @@ class Pipeline:
         own = self.train_run(model, envs, h_train)
         trained, composed, baselines = own.trained, own.composed, own.baselines
         trace_rollouts = sum(t["rollouts"] for t in trained.values()) + (composed or {}).get("gate_rollouts", 0)
-        h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines))
+        h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines),
+                              *self._baseline_overrides())
         r.run("eval", h_eval, lambda d: self._eval(model, trained, composed, baselines, trace_rollouts, d))
         h_report = content_hash(h_eval, "report")
         if cfg.replication.enabled:
@@ -136,15 +137,31 @@ class Pipeline:
                 logger.warning("composition%s skipped: %s", tag, composed["skipped"])
                 composed = None
         names = [n for n in cfg.baselines if n in TRAINED_BASELINES]
-        if {"grpo_target", "grpo_target_4x"} <= set(names):  # the 4x run first: the 1x row is its checkpoint
+        if self._shares_target_run(names):  # the 4x run first: the 1x row is its checkpoint
             names.remove("grpo_target_4x")
             names.insert(names.index("grpo_target"), "grpo_target_4x")
         baselines: dict[str, dict[str, Any]] = {}
         for name in names:
-            baselines[name] = r.run(f"baselines/{name}{tag}", content_hash(h, name, sorted(envs)),
-                                    lambda d, name=name: self._baseline(name, model, envs, d, grpo_cfg, baselines))
+            override = cfg.baseline_grpo.get(name)
+            h_row = content_hash(h, name, sorted(envs), *([override] if override else []))
+            row_cfg = cfg.baseline_grpo_cfg(name, grpo_cfg)
+            baselines[name] = r.run(f"baselines/{name}{tag}", h_row,
+                                    lambda d, name=name, row_cfg=row_cfg: self._baseline(name, model, envs, d,
+                                                                                         row_cfg, baselines))
         baselines = {n: baselines[n] for n in cfg.baselines if n in baselines}
         return TrainedRun(seed=grpo_cfg.seed, trained=trained, composed=composed, baselines=baselines)
+
+    def _shares_target_run(self, names: list[str]) -> bool:
+        """Whether GRPO on the target at 1x is a checkpoint of the 4x run (both rows, trained alike)."""
+        over = self.cfg.baseline_grpo
+        return ({"grpo_target", "grpo_target_4x"} <= set(names)
+                and over.get("grpo_target", {}) == over.get("grpo_target_4x", {}))
+
+    def _baseline_overrides(self) -> list[Any]:
+        """The per-row GRPO overrides as eval hashes see them: nothing when there are none (older runs keep
+        their hashes), else the trained rows' overrides (a retrained row is evaluated again)."""
+        over = {n: o for n, o in self.cfg.baseline_grpo.items() if o and n in self.cfg.baselines}
+        return [{"baseline_grpo": over}] if over else []
 
     # -- stages ---------------------------------------------------------------------------------
     def _rollouts(self, model: str, out: Path) -> dict[str, Any]:
@@ -252,7 +269,7 @@ class Pipeline:
     def _baseline(self, name: str, model: str, envs: dict[str, Any], out: Path, grpo_cfg: Any,
                   done: dict[str, dict[str, Any]]) -> dict[str, Any]:
         iterations = grpo_cfg.iterations * max(1, len(envs))  # the same rollout budget as TRACE
-        if name == "grpo_target" and "grpo_target_4x" in done:
+        if name == "grpo_target" and "grpo_target_4x" in done and self._shares_target_run(list(done) + [name]):
             return checkpoint_of(done["grpo_target_4x"], iterations)
         if name in ("grpo_target", "grpo_target_4x"):  # no hints: grpo.hint_fraction is for the capability envs
             env, kwargs = self._target_training()
