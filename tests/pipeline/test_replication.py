@@ -128,6 +128,9 @@ def test_replication_rows_are_resumable_stages(run_pipeline, tmp_path):
     assert "routing ablation" in printed.stdout and "goal, TRACE >= base + 0.15" in printed.stdout
     minutes = sum(s["wall_s"] for s in json.loads((run_dir / "pipeline.json").read_text())["stages"].values()) / 60
     assert f"goal, run time <= 180 min on 2 cores: {minutes:.1f} min" in printed.stdout
+    # this run has one extra seed and one routing row where the preset has two: its time is no verdict
+    assert ("-> not measured (the run lacks the preset's run seeds [2]; routing rows ['top-4'])"
+            in printed.stdout), printed.stdout[-1500:]
 
     # A rerun skips every stage; a lost eval stage (killed mid-way) is redone alone: it plays the same episodes,
     # so the tables (whose hash holds every row's result) and the report stay as they are.
