@@ -1,18 +1,6 @@
 """benchmarks/capability_gain.py: the target's tasks a capability needs alone, and a family env's success by case."""
 
-import importlib.util
-from pathlib import Path
-
 from trace_envs.records import TrajectoryRecord, write_trajectories
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "capability_gain.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("capability_gain", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _record(seed: int, success: bool, required: list[str], case: str | None = None, kind: str | None = None):
@@ -21,8 +9,8 @@ def _record(seed: int, success: bool, required: list[str], case: str | None = No
     return TrajectoryRecord("trace/x-v0", seed, [], float(success), success, "done", policy="p", info=info)
 
 
-def test_alone_counts_only_tasks_that_need_nothing_else(tmp_path):
-    gain = _load()
+def test_alone_counts_only_tasks_that_need_nothing_else(tmp_path, load_benchmark):
+    gain = load_benchmark("capability_gain")
     write_trajectories(tmp_path / "trajectories_p.jsonl", [
         _record(0, True, ["precondition_verification"]),
         _record(1, False, ["precondition_verification"]),
@@ -36,8 +24,8 @@ def test_alone_counts_only_tasks_that_need_nothing_else(tmp_path):
     assert (need.successes, need.n, rest.successes, rest.n) == (2, 3, 1, 2)
 
 
-def test_cases_are_grouped_with_the_first_requests_kind(tmp_path):
-    gain = _load()
+def test_cases_are_grouped_with_the_first_requests_kind(tmp_path, load_benchmark):
+    gain = load_benchmark("capability_gain")
     write_trajectories(tmp_path / "trajectories_p.jsonl", [
         _record(0, True, [], "status", "cancel"), _record(1, False, [], "status", "cancel"),
         _record(2, False, [], "status", "return"), _record(3, True, [], "allow", "cancel"),

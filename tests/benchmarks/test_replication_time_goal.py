@@ -1,25 +1,12 @@
 """The replication benchmark's run-time goal judges only a run that covers what ``preset=replication`` trains:
 a partial run (fewer seeds, ablation tables missing) is "not measured", whatever its time."""
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "miniature_replication.py"
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("miniature_replication", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _tables(seeds, routing, scale, efficiency):
     return {"seeds": seeds, "routing": {k: {} for k in routing}, "scale": scale, "efficiency": efficiency}
 
 
-def test_missing_parts_of_the_preset():
-    missing = _benchmark().missing_from_preset
+def test_missing_parts_of_the_preset(load_benchmark):
+    missing = load_benchmark("miniature_replication").missing_from_preset
     whole = _tables([0, 1, 2], ["top-1", "top-2", "top-4"], [{"k": 1}], {"TRACE": [{}], "grpo_target_4x": [{}]})
     assert missing(whole) == []
     seed_zero_main_table = _tables([0], ["top-1"], [], {})

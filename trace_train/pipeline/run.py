@@ -137,7 +137,8 @@ class Pipeline:
                 logger.warning("composition%s skipped: %s", tag, composed["skipped"])
                 composed = None
         names = [n for n in cfg.baselines if n in TRAINED_BASELINES]
-        if self._shares_target_run(names):  # the 4x run first: the 1x row is its checkpoint
+        if {"grpo_target", "grpo_target_4x"} <= set(names) and self._target_rows_alike():
+            # the 4x run first: the 1x row is its checkpoint
             names.remove("grpo_target_4x")
             names.insert(names.index("grpo_target"), "grpo_target_4x")
         baselines: dict[str, dict[str, Any]] = {}
@@ -151,11 +152,10 @@ class Pipeline:
         baselines = {n: baselines[n] for n in cfg.baselines if n in baselines}
         return TrainedRun(seed=grpo_cfg.seed, trained=trained, composed=composed, baselines=baselines)
 
-    def _shares_target_run(self, names: list[str]) -> bool:
-        """Whether GRPO on the target at 1x is a checkpoint of the 4x run (both rows, trained alike)."""
+    def _target_rows_alike(self) -> bool:
+        """Whether GRPO on the target at 1x and at 4x train alike, so the 1x row is the 4x run's checkpoint."""
         over = self.cfg.baseline_grpo
-        return ({"grpo_target", "grpo_target_4x"} <= set(names)
-                and over.get("grpo_target", {}) == over.get("grpo_target_4x", {}))
+        return over.get("grpo_target", {}) == over.get("grpo_target_4x", {})
 
     def _baseline_overrides(self) -> list[Any]:
         """The per-row GRPO overrides as eval hashes see them: nothing when there are none (older runs keep
@@ -269,7 +269,7 @@ class Pipeline:
     def _baseline(self, name: str, model: str, envs: dict[str, Any], out: Path, grpo_cfg: Any,
                   done: dict[str, dict[str, Any]]) -> dict[str, Any]:
         iterations = grpo_cfg.iterations * max(1, len(envs))  # the same rollout budget as TRACE
-        if name == "grpo_target" and "grpo_target_4x" in done and self._shares_target_run(list(done) + [name]):
+        if name == "grpo_target" and "grpo_target_4x" in done and self._target_rows_alike():
             return checkpoint_of(done["grpo_target_4x"], iterations)
         if name in ("grpo_target", "grpo_target_4x"):  # no hints: grpo.hint_fraction is for the capability envs
             env, kwargs = self._target_training()
