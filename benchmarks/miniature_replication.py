@@ -47,9 +47,15 @@ def rollouts_and_wall(name: str, stages: dict) -> tuple[int | None, float | None
 
 
 def run_minutes(stages: dict) -> float:
-    """The run's compute time: every stage's recorded wall time (summed over the invocations that built its
-    current result, so a resumed stage counts each part once and a stage redone for new inputs only its redo)."""
-    return sum(s.get("wall_s") or 0.0 for s in stages.values()) / 60
+    """The run's elapsed compute time: the union of its stages' recorded spans (stages that ran at once in
+    ``pipeline.workers`` processes count once; a resumed stage counts each part once, one redone for new inputs
+    only its redo); a record without spans (written before they existed) adds its ``wall_s``."""
+    spans = sorted(tuple(span) for s in stages.values() for span in s.get("spans") or [])
+    total, end = 0.0, float("-inf")
+    for start, stop in spans:
+        total += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return (total + sum(s.get("wall_s") or 0.0 for s in stages.values() if not s.get("spans"))) / 60
 
 
 def missing_from_preset(tables: dict) -> list[str]:

@@ -209,7 +209,7 @@ GROUP_COUNTS: dict[str, dict[str, int]] = {
     "pipeline": {"rollouts.episodes": 1, "rollouts.offset": 0, "rollouts.batch_episodes": 1,
                  "train.max_capabilities": 1, "compose.max_examples_per_capability": 1, "eval.episodes": 1,
                  "eval.trials": 1, "eval.curve_episodes": 0, "eval.batch_episodes": 1, "policy.max_new_tokens": 1,
-                 "policy.threads": 1},
+                 "policy.threads": 1, "workers": 1},
 }
 GROUP_FRACTIONS: dict[str, tuple[str, ...]] = {
     "pipeline": ("policy.top_p",),

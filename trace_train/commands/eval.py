@@ -23,7 +23,7 @@ def check_counts(cfg: DictConfig) -> dict[str, int]:
     """Counts as ints (``ValueError`` saying what to set otherwise), and the seeds exist in the split."""
     from trace_train.commands.rollout import check_count, check_seed_range
 
-    counts = {key: check_count(cfg, key, 1) for key in ("episodes", "trials", "batch_episodes")}
+    counts = {key: check_count(cfg, key, 1) for key in ("episodes", "trials", "batch_episodes", "workers")}
     check_seed_range(cfg.split, counts["episodes"])
     return counts
 
@@ -54,5 +54,6 @@ def main(cfg: DictConfig) -> None:
     from trace_train.evaluation.run import evaluate_policies, print_comparison
 
     results = evaluate_policies(policies, cfg.env, cfg.split, counts["episodes"], counts["trials"],
-                                OmegaConf.to_container(cfg.env_kwargs), cfg.out_dir, counts["batch_episodes"])
+                                OmegaConf.to_container(cfg.env_kwargs), cfg.out_dir, counts["batch_episodes"],
+                                workers=counts["workers"])
     print_comparison(results, title=f"{cfg.env}, {cfg.split} split, {cfg.episodes} seeds x {cfg.trials}")

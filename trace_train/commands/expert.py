@@ -20,5 +20,5 @@ def main(cfg: DictConfig) -> None:
     except ValueError as exc:
         exit_with("expert", str(exc))
     results = evaluate_policies(policies, cfg.env, cfg.split, counts["episodes"], counts["trials"],
-                                dict(cfg.env_kwargs), cfg.out_dir, counts["batch_episodes"])
+                                dict(cfg.env_kwargs), cfg.out_dir, counts["batch_episodes"], workers=counts["workers"])
     print_comparison(results, title=f"scripted policies on {cfg.env}, {cfg.split} split")

@@ -10,24 +10,29 @@ from rich.table import Table
 
 from trace_envs.records import TrajectoryRecord, write_json_atomic, write_trajectories
 from trace_train.evaluation.metrics import summarize
+from trace_train.workers import Job, run_jobs
 
 
 def evaluate_policies(policies: dict[str, Any], env_id: str, split: str, episodes: int, trials: int = 1,
                       env_kwargs: dict | None = None, out_dir: str | Path | None = None,
-                      batch: int = 32) -> dict[str, dict[str, Any]]:
-    """``policies``: name -> PolicySpec. Each plays ``trials`` episodes per seed (pass^k needs k trials)."""
+                      batch: int = 32, workers: int = 1) -> dict[str, dict[str, Any]]:
+    """``policies``: name -> PolicySpec. Each plays ``trials`` episodes per seed (pass^k needs k trials);
+    ``workers`` policies at once, each in a worker process on one thread (:mod:`trace_train.workers`)."""
     from trace_train.policies import build_backend
     from trace_train.rollout.loop import rollout_requests, run_rollouts
 
-    results: dict[str, dict[str, Any]] = {}
-    for name, spec in policies.items():
+    def play(name: str, spec: Any) -> dict[str, Any]:
         backend, adapter = build_backend(spec)
         requests = rollout_requests(env_id, env_kwargs or {}, split, episodes, group_size=trials)
         records: list[TrajectoryRecord] = run_rollouts(backend, requests, spec.sampling, adapter, batch,
                                                        label=f"{name:>16}")
-        results[name] = summarize(records, policy=name).to_dict()
         if out_dir is not None:
             write_trajectories(Path(out_dir) / f"trajectories_{name}.jsonl", records)
+        return summarize(records, policy=name).to_dict()
+
+    done = run_jobs([Job(name, lambda _, name=name, spec=spec: play(name, spec)) for name, spec in policies.items()],
+                    workers)
+    results = {name: done[name] for name in policies}
     if out_dir is not None:
         write_json_atomic(Path(out_dir) / "eval.json", {"env": env_id, "split": split, "episodes": episodes,
                                                        "trials": trials, "policies": results})

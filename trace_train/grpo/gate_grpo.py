@@ -55,6 +55,7 @@ from trace_train.grpo.trainer import shaped_reward
 from trace_train.grpo.update import Sample, optimize, sequence_logprobs
 from trace_train.rollout.base import EpisodeRequest, SamplingParams
 from trace_train.rollout.hf import HFRolloutBackend
+from trace_train.threads import set_torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class _GateGRPORun:
         if not resume and (self.output_dir / FINAL_DIR).exists():
             raise ValueError(f"{self.output_dir / FINAL_DIR} already exists; use a fresh output_dir or resume=true")
         if cfg.threads > 0:
-            torch.set_num_threads(cfg.threads)
+            set_torch_threads(cfg.threads)
         self.composed = composed
         self.report = composed.check_trainable()  # only gate parameters require grad
         self.lm = composed.model  # the HF model with the gated projections installed in place

@@ -54,6 +54,7 @@ from trace_train.grpo.metrics import MetricsLogger
 from trace_train.grpo.seeds import GroupSeeds, plan_iteration
 from trace_train.grpo.update import Sample, optimize, sequence_logprobs
 from trace_train.rollout.base import EpisodeRequest, RolloutBackend, SamplingParams
+from trace_train.threads import set_torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class GRPOTrainer:
         if dist.world_size() > config.groups_per_iter:
             raise ValueError(f"groups_per_iter={config.groups_per_iter} < world size {dist.world_size()}")
         if config.threads > 0:
-            torch.set_num_threads(config.threads)
+            set_torch_threads(config.threads)
         self.cfg, self.adapter, self.pad_id = config, adapter, pad_id
         self.output_dir = Path(output_dir)
         self.env_kwargs = dict(env_kwargs or {})

@@ -144,6 +144,9 @@ class PipelineConfig:
     policy: PolicyStageConfig = field(default_factory=PolicyStageConfig)
     report: ReportStageConfig = field(default_factory=ReportStageConfig)
     replication: ReplicationStageConfig = field(default_factory=ReplicationStageConfig)
+    # processes that run independent stages at once (adapters and trained baselines, evaluations, ablation rows),
+    # each on one torch thread; an execution setting, so no stage hash sees it (trace_train.workers)
+    workers: int = 1
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "pipeline") -> "PipelineConfig":
@@ -179,6 +182,8 @@ class PipelineConfig:
             if is_tau2(env_id) and "split" in kw:
                 raise ValueError(f"pipeline.target_env_kwargs.{env_id}.split: the τ² task split follows "
                                  "pipeline.rollouts.split (train) and pipeline.eval.split (test); remove it")
+        if self.workers < 1:
+            raise ValueError(f"pipeline.workers must be >= 1, got {self.workers}")
         if self.train.max_capabilities < 1:
             raise ValueError(f"pipeline.train.max_capabilities must be >= 1, got {self.train.max_capabilities}")
         self._validate_replication()

@@ -1,24 +1,27 @@
 """The miniature replication's rows beyond the pipeline's own (``pipeline.replication``), as resumable stages.
 
-After the pipeline's own run (seed ``grpo.seed``) and its evaluation, this trains every seeded row again for each
-of ``extra_seeds`` (``train/<cap>@s<seed>``, ``compose@s<seed>``, ``baselines/<name>@s<seed>``), composes the
-ablation variants (``replication/compose/<variant>[@s<seed>]``: top-k gates, the first k adapters, gates trained by
-GRPO, checkpoints along training), evaluates each extra policy in a stage of its own
+The pipeline trains every seeded row again for each of ``extra_seeds`` (``train/<cap>@s<seed>``,
+``compose@s<seed>``, ``baselines/<name>@s<seed>``) beside its own run seed ``grpo.seed``. After its evaluation, this
+composes the ablation variants (``replication/compose/<variant>[@s<seed>]``: top-k gates, the first k adapters,
+gates trained by GRPO, checkpoints along training), evaluates each extra policy in a stage of its own
 (``replication/eval/<policy>``) and writes the tables and goals (``replication/tables/tables.json``,
-:mod:`trace_train.evaluation.replication_table`). An interrupted run continues at the stage it stopped in.
+:mod:`trace_train.evaluation.replication_table`): one graph of jobs, ``pipeline.workers`` at once. An interrupted
+run continues at the stage it stopped in.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from trace_envs.records import write_json_atomic
 from trace_train.evaluation.replication_table import EPISODE_ROUTED, PolicyRow, build_tables
 from trace_train.pipeline.stage_runner import content_hash
 from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters, solved_requests
+from trace_train.workers import Job, run_jobs
 
 if TYPE_CHECKING:
     from trace_train.pipeline.run import Pipeline, TrainedRun
@@ -59,15 +62,25 @@ class Replication:
         self.gate_rollouts: dict[str, int] = {}  # per own-seed variant row: the rollouts its gates played
 
     # -- orchestration -------------------------------------------------------------------------
-    def run(self, own: TrainedRun) -> dict[str, Any]:
-        runs = [own] + [self.p.train_run(self.model, self.envs, self.h_train, seed) for seed in self.rep.extra_seeds]
-        rows: list[PolicyRow] = self._own_rows(own)
+    def run(self, own: TrainedRun, extra: list[TrainedRun]) -> dict[str, Any]:
+        """The rows of ``own`` (the pipeline's run seed, evaluated) and of ``extra`` (the extra seeds' trained runs,
+        in ``extra_seeds``' order) beyond the eval stage's, and the tables."""
+        runs = [own, *extra]
+        plan = _Plan()
         for run in runs:
             if run is not own:
-                rows.extend(self._evaluate(self._seed_policies(run), table="main", seed=run.seed))
-            rows.extend(self._variant_rows(run))
-        rows.extend(self._prompted_scale_rows(own))
-        curves = self._curves(own) if self.rep.trace_curve else {}
+                for name, spec in self._seed_policies(run).items():
+                    plan.add(*self._eval_job(name, lambda _, spec=spec: spec, table="main", seed=run.seed))
+            self._plan_variants(run, plan)
+        self._plan_prompted_scale(own, plan)
+        curves_of = self._plan_curves(own, plan) if self.rep.trace_curve else None
+        results = run_jobs(plan.jobs, self.cfg.workers)
+        self.runner.refresh()
+        rows: list[PolicyRow] = self._own_rows(own) + [row for build in plan.rows for row in build(results)]
+        for row, stage in plan.gate_stages.items():
+            if not results[stage].get("skipped"):
+                self.gate_rollouts[row] = results[stage].get("gate_rollouts", 0)
+        curves = curves_of(results) if curves_of else {}
         gate_rollouts = (own.composed or {}).get("gate_rollouts", 0)  # what the gates played (target or envs)
         adapter_rollouts = sum(t["rollouts"] for t in own.trained.values())
         budgets = {"TRACE": adapter_rollouts + gate_rollouts}
@@ -154,27 +167,46 @@ class Replication:
                                     ("episode_router", "routing_targets")))
         return variants
 
-    def _variant_rows(self, run: TrainedRun) -> list[PolicyRow]:
-        rows: list[PolicyRow] = []
+    def _plan_variants(self, run: TrainedRun, plan: _Plan) -> None:
+        """Each ablation variant of one run seed (compose, then evaluate) and its task-level router."""
         h = content_hash(self.h_train, "seed", run.seed)
         for v in self._variants(run):
-            out = self.runner.run(v.stage, content_hash(h, sorted(run.trained), *v.hash_parts,
-                                                        asdict(self.cfg.compose), self.p.moe_cfg.hash_part()), v.build)
-            if out.get("skipped"):
-                logger.warning("%s skipped: %s", v.stage, out["skipped"])
-                continue
-            name = seeded(v.row, v.seed, self.own_seed)
+            hash_ = content_hash(h, sorted(run.trained), *v.hash_parts, asdict(self.cfg.compose),
+                                 self.p.moe_cfg.hash_part())
+            plan.jobs.append(self._compose_job(v.stage, hash_, v.build, self.cfg.eval.episodes))
             if v.seed == self.own_seed:
-                self.gate_rollouts[v.row] = out.get("gate_rollouts", 0)
-            spec = base_spec(self.cfg, self.model, v.row, out["composed_dir"], kind="composed")
-            rows.extend(self._evaluate({name: spec}, table=v.table, seed=v.seed, row=v.row))
+                plan.gate_stages[v.row] = v.stage
+            plan.add(*self._eval_job(seeded(v.row, v.seed, self.own_seed), self._composed_spec(v.stage, v.row),
+                                     table=v.table, seed=v.seed, row=v.row, after=(v.stage,)))
         if self.rep.task_router and run.composed:
             name = seeded("task-level router", run.seed, self.own_seed)
-            spec = replace(base_spec(self.cfg, self.model, "task-level router", run.composed["composed_dir"],
-                                     kind="task_router"), route_descriptions=self._descriptions(run.trained),
-                           route_corpus=self._route_corpus(run, h) if self.rep.task_router_corpus else None)
-            rows.extend(self._evaluate({name: spec}, table="main", seed=run.seed, row="task-level router"))
-        return rows
+
+            def router(_: Mapping[str, Any], run=run) -> PolicySpec:
+                return replace(base_spec(self.cfg, self.model, "task-level router", run.composed["composed_dir"],
+                                         kind="task_router"), route_descriptions=self._descriptions(run.trained),
+                               route_corpus=self._route_corpus(run, h) if self.rep.task_router_corpus else None)
+
+            plan.add(*self._eval_job(name, router, table="main", seed=run.seed, row="task-level router"))
+
+    def _compose_at(self, at: dict[str, dict[str, Any]], iteration: int, out: Path) -> dict[str, Any]:
+        """TRACE over the adapters as they stood at ``iteration`` (gates on the rollouts played before it)."""
+        return compose_adapters(self.cfg, self.model, at, out, self.p.moe_cfg, before_iteration=iteration,
+                                gate_env=self.p.gate_env(self.envs, self.p.moe_cfg.train.method))
+
+    def _compose_job(self, stage: str, hash_: str, build: Callable[[Path], dict[str, Any]], episodes: int) -> Job:
+        """The job of a composed variant's stage (costed with the evaluation that waits for it)."""
+        return Job(stage, lambda _: self.runner.run(stage, hash_, build), cost=2 * episodes)
+
+    def _composed_spec(self, stage: str, name: str) -> Callable[[Mapping[str, Any]], PolicySpec | None]:
+        """What evaluates compose stage ``stage``'s model as ``name`` (None when the stage skipped composing)."""
+        def spec_of(done: Mapping[str, Any]) -> PolicySpec | None:
+            out = done[stage]
+            if out.get("skipped"):
+                logger.warning("%s skipped: %s", stage, out["skipped"])
+                return None
+            return base_spec(self.cfg, self.model, name, out["composed_dir"], kind="composed")
+
+        return spec_of
 
     def _route_corpus(self, run: TrainedRun, h: str) -> str:
         """The retrieval corpus of one seed's task-level router: the requests its adapters' GRPO runs solved."""
@@ -201,34 +233,39 @@ class Replication:
         return {cap: described.get(cap) or cap.replace("_", " ") for cap in trained}
 
     # -- the prompted base with the first k descriptions ---------------------------------------
-    def _prompted_scale_rows(self, own: TrainedRun) -> list[PolicyRow]:
+    def _plan_prompted_scale(self, own: TrainedRun, plan: _Plan) -> None:
         """The prompted base with the analysis' first k descriptions (k = all: the main table's prompted row)."""
-        ranked, rows = list(own.trained), []
+        ranked = list(own.trained)
         selected = self.p.run_dir / "analysis" / "selected_capabilities.json"
         for k in self.rep.scale:
             if k >= len(ranked):
-                rows.extend(replace(r, table="scale", row=f"prompted, {len(ranked)} descriptions")
-                            for r in self._own_rows(own) if r.row == "prompted")
+                prompted = [replace(r, table="scale", row=f"prompted, {len(ranked)} descriptions")
+                            for r in self._own_rows(own) if r.row == "prompted"]
+                plan.rows.append(lambda _, rows=prompted: rows)
                 continue
             row = f"prompted, {k} descriptions"
             spec = base_spec(self.cfg, self.model, name=row, system_suffix=capability_prompt(selected, ranked[:k]))
-            rows.extend(self._evaluate({row: spec}, table="scale", seed=None, row=row))
-        return rows
+            plan.add(*self._eval_job(row, lambda _, spec=spec: spec, table="scale", seed=None, row=row))
 
     # -- evaluation: one resumable stage per policy ---------------------------------------------
-    def _evaluate(self, policies: dict[str, PolicySpec], table: str, seed: int | None, row: str | None = None,
-                  episodes: int | None = None) -> list[PolicyRow]:
+    def _eval_job(self, name: str, spec_of: Callable[[Mapping[str, Any]], PolicySpec | None], table: str,
+                  seed: int | None, row: str | None = None, episodes: int | None = None,
+                  after: tuple[str, ...] = ()) -> tuple[Job, Callable[[Mapping[str, Any]], list[PolicyRow]]]:
+        """The job that evaluates ``spec_of(results)`` (None: nothing to evaluate) in stage
+        ``replication/eval/<name>`` (``replication/curve/<name>`` at ``eval.curve_episodes``), and its table rows."""
         from trace_train.evaluation.run import evaluate_policies
 
         e = self.cfg.eval
         episodes = episodes or e.episodes
-        rows = []
-        for name, spec in policies.items():
-            spec = replace(spec, greedy=e.greedy)
-            stage = f"replication/eval/{name}" if episodes == e.episodes else f"replication/curve/{name}"
-            h = content_hash(self.h_eval, stage, spec.hash_part(), episodes)
+        stage = f"replication/eval/{name}" if episodes == e.episodes else f"replication/curve/{name}"
 
-            def play(d: Path, name=name, spec=spec) -> dict[str, Any]:
+        def evaluate(done: Mapping[str, Any]) -> dict[str, Any] | None:
+            spec = spec_of(done)
+            if spec is None:
+                return None
+            spec = replace(spec, greedy=e.greedy)
+
+            def play(d: Path) -> dict[str, Any]:
                 if self.cfg.multi_target:
                     results = self.p._eval_targets({name: spec}, d)
                 else:
@@ -237,53 +274,75 @@ class Replication:
                                                 env_kwargs=self.cfg.env_kwargs(self.cfg.target_env, e.split))
                 return {"result": results[name]}
 
-            result = self.runner.run(stage, h, play)["result"]
-            base_name = row or (name.rsplit("@s", 1)[0] if "@s" in name else name)
-            rows.append(PolicyRow(table=table, row=base_name, seed=seed, result=result, policy=name))
-        return rows
+            return self.runner.run(stage, content_hash(self.h_eval, stage, spec.hash_part(), episodes), play)["result"]
+
+        base_name = row or (name.rsplit("@s", 1)[0] if "@s" in name else name)
+
+        def rows(results: Mapping[str, Any]) -> list[PolicyRow]:
+            result = results[stage]
+            return [] if result is None else [PolicyRow(table=table, row=base_name, seed=seed, result=result,
+                                                        policy=name)]
+
+        return Job(stage, evaluate, after, cost=episodes), rows
 
     # -- sample efficiency: TRACE from each checkpoint vs GRPO on the target ---------------------
-    def _curves(self, own: TrainedRun) -> dict[str, list[dict[str, Any]]]:
+    def _plan_curves(self, own: TrainedRun, plan: _Plan) -> Callable[[Mapping[str, Any]], dict[str, list]]:
         """Held-out success vs training rollouts on ``eval.curve_episodes`` seeds (the own run seed): TRACE composed
         from every adapter checkpoint (gates trained on the rollouts before it) and each GRPO-on-target baseline's
-        checkpoints."""
-        cfg, curves = self.cfg, {}
+        checkpoints. Returns what reads the curves off the jobs' results."""
+        cfg, episodes = self.cfg, self.cfg.eval.curve_episodes
         iterations = sorted({v["iteration"] for t in own.trained.values() for v in t["versions"]})
-        points = []
+        trace_points: list[tuple[str, str, int]] = []  # (compose stage, eval stage, adapter rollouts)
         for it in iterations:
             at = {cap: {**t, "adapter_dir": next(v["dir"] for v in t["versions"] if v["iteration"] == it)}
                   for cap, t in own.trained.items() if any(v["iteration"] == it for v in t["versions"])}
             if len(at) != len(own.trained):
                 continue
             stage = f"replication/compose/at{it:04d}"
-            out = self.runner.run(stage, content_hash(self.h_train, stage, asdict(cfg.compose),
-                                                      self.p.moe_cfg.hash_part()),
-                                  lambda d, at=at, it=it: compose_adapters(
-                                      cfg, self.model, at, d, self.p.moe_cfg, before_iteration=it,
-                                      gate_env=self.p.gate_env(self.envs, self.p.moe_cfg.train.method)))
-            if out.get("skipped"):
-                continue
+            hash_ = content_hash(self.h_train, stage, asdict(cfg.compose), self.p.moe_cfg.hash_part())
+            plan.jobs.append(self._compose_job(stage, hash_, partial(self._compose_at, at, it), episodes))
             name = f"TRACE@{it}"
-            spec = base_spec(cfg, self.model, name, out["composed_dir"], kind="composed")
-            row = self._evaluate({name: spec}, table="curve", seed=own.seed, row=name,
-                                 episodes=cfg.eval.curve_episodes)[0]
+            job, _ = self._eval_job(name, self._composed_spec(stage, name), table="curve", seed=own.seed, row=name,
+                                    episodes=episodes, after=(stage,))
+            plan.jobs.append(job)
             rollouts = sum(next(v["rollouts"] for v in t["versions"] if v["iteration"] == it)
-                           for t in own.trained.values()) + out.get("gate_rollouts", 0)
-            points.append({"rollouts": rollouts, **row.result["overall"]})
-        curves["TRACE"] = points
+                           for t in own.trained.values())
+            trace_points.append((stage, job.key, rollouts))
+        baseline_points: dict[str, list[tuple[str, int]]] = {}
         for name in ("grpo_target", "grpo_target_4x"):
             baseline = own.baselines.get(name)
             if not baseline or baseline.get("checkpoint_of"):
                 continue  # the 1x row taken from the 4x run: its points are the 4x curve's first ones
-            points = []
             for version in baseline["versions"]:
                 policy = f"{name}@{version['iteration']}"
                 spec = base_spec(cfg, self.model, name=policy, adapter=version["dir"])
-                row = self._evaluate({policy: spec}, table="curve", seed=own.seed, row=policy,
-                                     episodes=cfg.eval.curve_episodes)[0]
-                points.append({"rollouts": version["rollouts"], **row.result["overall"]})
-            curves[name] = points
+                job, _ = self._eval_job(policy, lambda _, spec=spec: spec, table="curve", seed=own.seed, row=policy,
+                                        episodes=episodes)
+                plan.jobs.append(job)
+                baseline_points.setdefault(name, []).append((job.key, version["rollouts"]))
+
+        def curves(results: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+            out = {"TRACE": [{"rollouts": rollouts + results[compose].get("gate_rollouts", 0),
+                              **results[evaluated]["overall"]}
+                             for compose, evaluated, rollouts in trace_points if results[evaluated] is not None]}
+            out.update({name: [{"rollouts": rollouts, **results[key]["overall"]} for key, rollouts in points]
+                        for name, points in baseline_points.items()})
+            return out
+
         return curves
+
+
+@dataclass
+class _Plan:
+    """The replication's jobs after training, and per table row group what reads its rows off their results."""
+
+    jobs: list[Job] = field(default_factory=list)
+    rows: list[Callable[[Mapping[str, Any]], list[PolicyRow]]] = field(default_factory=list)
+    gate_stages: dict[str, str] = field(default_factory=dict)  # own-seed variant row -> its compose stage
+
+    def add(self, job: Job, rows: Callable[[Mapping[str, Any]], list[PolicyRow]]) -> None:
+        self.jobs.append(job)
+        self.rows.append(rows)
 
 
 def load_tables(run_dir: str | Path) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from trace_envs.records import read_trajectories, write_json_atomic, write_trajectories
 from trace_train.analysis.config import AnalysisConfig
@@ -27,6 +27,7 @@ from trace_train.pipeline.stages import (
     resolve_base_model,
     sample_efficiency,
 )
+from trace_train.workers import Job, run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,26 @@ class TrainedRun:
     trained: dict[str, dict[str, Any]]
     composed: dict[str, Any] | None
     baselines: dict[str, dict[str, Any]]
+
+
+@dataclass
+class TrainPlan:
+    """One run seed's training as jobs (their keys are the stage names) and how their results make a TrainedRun."""
+
+    seed: int
+    tag: str
+    adapters: dict[str, str]  # capability -> job key
+    compose: str | None
+    baselines: dict[str, str]  # trained baseline -> job key, in pipeline.baselines' order
+    jobs: list[Job]
+
+    def assemble(self, results: Mapping[str, Any]) -> TrainedRun:
+        trained = {cap: results[key] for cap, key in self.adapters.items()}
+        composed = results.get(self.compose) if self.compose else None
+        if composed and composed.get("skipped"):
+            logger.warning("composition%s skipped: %s", self.tag, composed["skipped"])
+            composed = None
+        return TrainedRun(self.seed, trained, composed, {n: results[k] for n, k in self.baselines.items()})
 
 
 class Pipeline:
@@ -89,7 +110,10 @@ class Pipeline:
                            "or generator builds it): no adapter and no composed model; the baselines still run",
                            to_synthesize)
         h_train = content_hash(h_syn, self.grpo_cfg.hash_part(), asdict(cfg.train), policy_hash_part(cfg))
-        own = self.train_run(model, envs, h_train)
+        # every run seed's adapters, composed model and trained baselines: one graph of jobs, so that with
+        # pipeline.workers > 1 the replication's extra seeds train beside the pipeline's own
+        extra_seeds = list(cfg.replication.extra_seeds) if cfg.replication.enabled else []
+        own, *extra = self.train_runs(model, envs, h_train, [None, *extra_seeds])
         trained, composed, baselines = own.trained, own.composed, own.baselines
         trace_rollouts = sum(t["rollouts"] for t in trained.values()) + (composed or {}).get("gate_rollouts", 0)
         h_eval = content_hash(h_train, asdict(cfg.eval), sorted(trained), composed, sorted(cfg.baselines),
@@ -99,7 +123,7 @@ class Pipeline:
         if cfg.replication.enabled:
             from trace_train.pipeline.replication import Replication
 
-            tables = Replication(self, model, envs, h_train, h_eval).run(own)
+            tables = Replication(self, model, envs, h_train, h_eval).run(own, extra)
             h_report = content_hash(h_report, tables)
         if composed and cfg.report.routing_sample > 0:  # a stage of its own: eval's and report's hashes unchanged
             r.run("routing", content_hash(h_eval, "routing", asdict(cfg.report)),
@@ -119,38 +143,58 @@ class Pipeline:
         """Every adapter, the composed model and the trained baselines of one run seed (``grpo.seed`` when
         ``seed`` is None: the stages ``train/<cap>``, ``compose``, ``baselines/<name>``; another seed appends
         ``@s<seed>`` to each stage and trains with ``grpo.seed=<seed>``)."""
+        return self.train_runs(model, envs, h_train, [seed])[0]
+
+    def train_runs(self, model: str, envs: dict[str, Any], h_train: str,
+                   seeds: list[int | None]) -> list[TrainedRun]:
+        """``train_run`` of each seed, all their stages one graph of jobs (``pipeline.workers`` of them at once)."""
+        plans = [self._train_plan(model, envs, h_train, seed) for seed in seeds]
+        results = run_jobs([job for plan in plans for job in plan.jobs], self.cfg.workers)
+        self.runner.refresh()
+        return [plan.assemble(results) for plan in plans]
+
+    def _train_plan(self, model: str, envs: dict[str, Any], h_train: str, seed: int | None) -> TrainPlan:
         cfg, r = self.cfg, self.runner
         grpo_cfg = self.grpo_cfg if seed is None else replace(self.grpo_cfg, seed=seed)
         tag = "" if seed is None else f"@s{seed}"
         h = h_train if seed is None else content_hash(h_train, "seed", seed)
-        trained = {cap: r.run(f"train/{cap}{tag}", content_hash(h, cap),
-                              lambda d, cap=cap, env=env: grpo_run(cfg, grpo_cfg, model, env, cap, d,
-                                                                   grpo_cfg.iterations))
-                   for cap, env in envs.items()}
-        composed = None
-        if cfg.compose.enabled and trained:
-            composed = r.run(f"compose{tag}", content_hash(h, sorted(trained), asdict(cfg.compose),
+        per_iteration = grpo_cfg.groups_per_iter * grpo_cfg.group_size
+        jobs = [Job(f"train/{cap}{tag}",
+                    lambda done, cap=cap, env=env: r.run(f"train/{cap}{tag}", content_hash(h, cap),
+                                                         lambda d: grpo_run(cfg, grpo_cfg, model, env, cap, d,
+                                                                            grpo_cfg.iterations)),
+                    cost=grpo_cfg.iterations * per_iteration)
+                for cap, env in envs.items()]
+        adapters = {cap: f"train/{cap}{tag}" for cap in envs}
+        if cfg.compose.enabled and envs:
+            def compose(done: Mapping[str, Any]) -> dict[str, Any]:
+                trained = {cap: done[key] for cap, key in adapters.items()}
+                return r.run(f"compose{tag}", content_hash(h, sorted(trained), asdict(cfg.compose),
                                                            self.moe_cfg.hash_part()),
                              lambda d: compose_adapters(cfg, model, trained, d, self.moe_cfg,
                                                         gate_env=self.gate_env(envs, self.moe_cfg.train.method)))
-            if composed.get("skipped"):
-                logger.warning("composition%s skipped: %s", tag, composed["skipped"])
-                composed = None
+            jobs.append(Job(f"compose{tag}", compose, after=tuple(adapters.values()), cost=per_iteration))
         names = [n for n in cfg.baselines if n in TRAINED_BASELINES]
-        if {"grpo_target", "grpo_target_4x"} <= set(names) and self._target_rows_alike():
-            # the 4x run first: the 1x row is its checkpoint
+        from_4x = {"grpo_target", "grpo_target_4x"} <= set(names) and self._target_rows_alike()
+        if from_4x:  # the 4x run first: the 1x row is its checkpoint
             names.remove("grpo_target_4x")
             names.insert(names.index("grpo_target"), "grpo_target_4x")
-        baselines: dict[str, dict[str, Any]] = {}
+        keys = {name: f"baselines/{name}{tag}" for name in names}
+        budget = grpo_cfg.iterations * max(1, len(envs)) * per_iteration
         for name in names:
             override = cfg.baseline_grpo.get(name)
             h_row = content_hash(h, name, sorted(envs), *([override] if override else []))
             row_cfg = cfg.baseline_grpo_cfg(name, grpo_cfg)
-            baselines[name] = r.run(f"baselines/{name}{tag}", h_row,
-                                    lambda d, name=name, row_cfg=row_cfg: self._baseline(name, model, envs, d,
-                                                                                         row_cfg, baselines))
-        baselines = {n: baselines[n] for n in cfg.baselines if n in baselines}
-        return TrainedRun(seed=grpo_cfg.seed, trained=trained, composed=composed, baselines=baselines)
+
+            def train(done: Mapping[str, Any], name=name, h_row=h_row, row_cfg=row_cfg) -> dict[str, Any]:
+                before = {n: done[k] for n, k in keys.items() if k in done}
+                return r.run(keys[name], h_row, lambda d: self._baseline(name, model, envs, d, row_cfg, before))
+
+            checkpoint = from_4x and name == "grpo_target"
+            jobs.append(Job(keys[name], train, after=(keys["grpo_target_4x"],) if checkpoint else (),
+                            cost=1 if checkpoint else budget * (4 if name == "grpo_target_4x" else 1)))
+        return TrainPlan(grpo_cfg.seed, tag, adapters, f"compose{tag}" if cfg.compose.enabled and envs else None,
+                         {n: keys[n] for n in cfg.baselines if n in keys}, jobs)
 
     def _target_rows_alike(self) -> bool:
         """Whether GRPO on the target at 1x and at 4x train alike, so the 1x row is the 4x run's checkpoint."""
@@ -306,7 +350,7 @@ class Pipeline:
             results = self._eval_targets(policies, out)
         else:
             results = evaluate_policies(policies, self.cfg.target_env, e.split, e.episodes, e.trials, out_dir=out,
-                                        batch=e.batch_episodes,
+                                        batch=e.batch_episodes, workers=self.cfg.workers,
                                         env_kwargs=self.cfg.env_kwargs(self.cfg.target_env, e.split))
             print_comparison(results, title=f"held-out {self.cfg.target_env} ({e.episodes} seeds x {e.trials})")
         headline = results.get("TRACE (composed)") or next(iter(results.values()))
@@ -325,7 +369,8 @@ class Pipeline:
             target_dir = out / "targets" / env_id.replace("/", "__")
             per_target[env_id] = evaluate_policies(policies, env_id, e.split, e.episodes, e.trials,
                                                    env_kwargs=self.cfg.env_kwargs(env_id, e.split),
-                                                   out_dir=target_dir, batch=e.batch_episodes)
+                                                   out_dir=target_dir, batch=e.batch_episodes,
+                                                   workers=self.cfg.workers)
             print_comparison(per_target[env_id], title=f"held-out {env_id} ({e.episodes} seeds x {e.trials})")
         results = {}
         for name in policies:

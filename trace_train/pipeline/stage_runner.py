@@ -5,11 +5,17 @@ the stages it reads) and its outputs. A stage reruns when its hash changed, when
 or when forced (``force=<stage>``; ``train`` and ``baselines`` force every ``train/<capability>`` and
 ``baselines/<name>`` stage). A changed or forced stage starts from an empty folder; an
 interrupted stage with unchanged inputs is called again and resumes from what it left in its folder
-(checkpoints), so a kill loses at most the iteration in progress.
+(checkpoints), so a kill loses at most the iteration in progress. Each record keeps ``wall_s`` (the seconds its
+invocations on the current inputs took) and ``spans`` (their [start, end] Unix times: stages that ran at once in
+several workers overlap there).
+
+Stages may run at once in several processes (``pipeline.workers``): each writes only its own stage's record,
+read-modify-written under a lock on ``pipeline.json.lock``, and takes in the others' records as it does.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -44,8 +50,26 @@ class StageRunner:
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"stages": {}}
         self.state.update(self.meta)
 
-    def _save(self) -> None:
-        write_json_atomic(self.run_dir / "pipeline.json", self.state)
+    def _commit(self, name: str) -> None:
+        """Write stage ``name``'s record into ``pipeline.json`` (whose other records another process may have
+        changed since this one read it) and take the file's records in."""
+        path = self.run_dir / "pipeline.json"
+        with open(self.run_dir / "pipeline.json.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                disk = json.loads(path.read_text()) if path.exists() else {"stages": {}}
+                disk.update(self.meta)
+                disk["stages"][name] = self.state["stages"][name]
+                write_json_atomic(path, disk)
+                self.state = disk
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def refresh(self) -> None:
+        """Take in the records other processes (pipeline workers) wrote since this one last read or wrote."""
+        path = self.run_dir / "pipeline.json"
+        if path.exists():
+            self.state = {**json.loads(path.read_text()), **self.meta}
 
     def hash_of(self, name: str) -> str:
         return self.state["stages"].get(name, {}).get("hash", "")
@@ -60,7 +84,7 @@ class StageRunner:
                 and not is_forced(name, self.force)):
             logger.info("stage %s: unchanged (hash %s), skipped", name, inputs_hash)
             record["last_action"] = "skipped"
-            self._save()
+            self._commit(name)
             return record["outputs"]
         stage_dir = self.run_dir / name
         forced = is_forced(name, self.force)
@@ -72,19 +96,24 @@ class StageRunner:
             if stage_dir.exists():
                 shutil.rmtree(stage_dir)
         stage_dir.mkdir(parents=True, exist_ok=True)
-        previous_wall = record.get("wall_s", 0.0) if record and record.get("hash") == inputs_hash else 0.0
-        self.state["stages"][name] = {"status": "running", "hash": inputs_hash, "wall_s": previous_wall}
-        self._save()
-        start = time.perf_counter()
+        # a resumed stage adds to what its earlier invocations spent on the same inputs; a redone one starts over
+        previous_wall = record.get("wall_s", 0.0) if record and not stale else 0.0
+        previous_spans = list(record.get("spans", [])) if record and not stale else []
+        self.state["stages"][name] = {"status": "running", "hash": inputs_hash, "wall_s": previous_wall,
+                                      "spans": previous_spans}
+        self._commit(name)
+        start, started_at = time.perf_counter(), time.time()
         try:
             outputs = fn(stage_dir)
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             self.state["stages"][name].update(status=status, error=repr(exc)[:500],
-                                              wall_s=previous_wall + time.perf_counter() - start)
-            self._save()
+                                              wall_s=previous_wall + time.perf_counter() - start,
+                                              spans=previous_spans + [[started_at, time.time()]])
+            self._commit(name)
             raise
         self.state["stages"][name] = {"status": "done", "hash": inputs_hash, "outputs": outputs,
-                                      "wall_s": previous_wall + time.perf_counter() - start, "last_action": "ran"}
-        self._save()
+                                      "wall_s": previous_wall + time.perf_counter() - start,
+                                      "spans": previous_spans + [[started_at, time.time()]], "last_action": "ran"}
+        self._commit(name)
         return outputs

@@ -40,6 +40,7 @@ from trace_train.rollout.gc_policy import freeze_long_lived
 from trace_train.rollout.hf_generate import generate_turn
 from trace_train.rollout.kv_cache import RowCache
 from trace_train.rollout.sampling import episode_sampler_seed, make_generator
+from trace_train.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +168,9 @@ class HFRolloutBackend:
             raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
         if self.freeze_gc:
             freeze_long_lived()  # the model and imports stay out of the collector's full passes
-        prev_threads = torch.get_num_threads()
-        if prev_threads != self.threads:  # re-sizing the pool costs; the trainer sets it once per process
-            torch.set_num_threads(self.threads)
+        prev_threads, threads = torch.get_num_threads(), torch_threads(self.threads)
+        if prev_threads != threads:  # re-sizing the pool costs; the trainer sets it once per process
+            torch.set_num_threads(threads)
         was_training = self.model.training
         self.model.eval()
         episodes: list[_Episode] = []
@@ -186,7 +187,7 @@ class HFRolloutBackend:
                     for start in range(0, len(live), chunk):
                         self._advance(live[start:start + chunk], sampling)
         finally:
-            if prev_threads != self.threads:
+            if prev_threads != threads:
                 torch.set_num_threads(prev_threads)
             self.model.train(was_training)
             self._close_envs(episodes)
