@@ -1,10 +1,11 @@
 """Independent jobs at once in forked worker processes, each on one torch thread (``pipeline.workers``).
 
 The embedded default's model is too small for a decode step to split well over two threads: on two cores, two
-one-thread processes get through 1.3x (GRPO) to 1.45x (greedy evaluation) the episodes of one two-thread process
+one-thread processes get through 1.30x (GRPO) to 1.57x (greedy evaluation) the episodes of one two-thread process
 (``benchmarks/pipeline_workers.py``). ``run_jobs`` runs a graph of jobs: a job starts once every job it names in
 ``after`` finished, the costliest ready job first. With ``workers=1`` each job runs here, in the order given (which
-must list a job after the jobs it waits for), as plain sequential code would.
+must list a job after the jobs it waits for), as plain sequential code would; so do the jobs a worker's own job
+starts (no worker forks more workers).
 
 A worker is a ``fork`` of this process, so a job's function (a closure) and whatever this process registered (the
 run's synthesized envs) come along; only its result travels back, pickled. A job reads the results of the jobs it
@@ -22,6 +23,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Mapping, Sequence
 
 logger = logging.getLogger(__name__)
+
+_in_worker = False  # set in a worker: the jobs it starts itself run in it, one after another
 
 
 @dataclass
@@ -49,7 +52,7 @@ class _Running:
 def run_jobs(jobs: Sequence[Job], workers: int = 1) -> dict[str, Any]:
     """Run every job (see the module docstring); returns ``{key: result}``."""
     _check(jobs)
-    if workers <= 1:
+    if workers <= 1 or _in_worker:
         results: dict[str, Any] = {}
         for job in jobs:
             results[job.key] = job.fn(results)
@@ -72,6 +75,8 @@ def _check(jobs: Sequence[Job]) -> None:
 def _worker(job: Job, results: Mapping[str, Any], conn: Connection) -> None:
     from trace_train.threads import cap_torch_threads
 
+    global _in_worker
+    _in_worker = True
     cap_torch_threads(1)
     try:
         message: tuple[str, Any] = ("ok", job.fn(results))

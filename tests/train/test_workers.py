@@ -120,3 +120,13 @@ def test_policies_evaluated_in_workers_score_as_in_one_process(tmp_path):
     for name in policies:  # each worker wrote its policy's episodes
         assert ((tmp_path / "two" / f"trajectories_{name}.jsonl").read_text()
                 == (tmp_path / "one" / f"trajectories_{name}.jsonl").read_text())
+
+
+def test_a_worker_runs_the_jobs_its_job_starts_itself():
+    def outer(_):
+        inner = run_jobs([Job("i0", lambda d: os.getpid()), Job("i1", lambda d: os.getpid())], workers=2)
+        return os.getpid(), set(inner.values())
+
+    results = run_jobs([Job("outer", outer), Job("other", lambda d: 0)], workers=2)
+    pid, inner_pids = results["outer"]
+    assert inner_pids == {pid}  # no worker of a worker: two workers stay two processes
