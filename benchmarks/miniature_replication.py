@@ -162,8 +162,8 @@ def main() -> None:
             verdict = f"not measured (the run lacks the preset's {'; '.join(missing)})"
         else:
             verdict = "met" if minutes <= REPLICATION_BUDGET_MIN else "not met"
-        print(f"goal, run time <= {REPLICATION_BUDGET_MIN} min on 2 cores: {minutes:.1f} min summed over the "
-              f"stages' wall times (a paused stage counts its pause) -> {verdict}")
+        print(f"goal, run time <= {REPLICATION_BUDGET_MIN} min on 2 cores: {minutes:.1f} min while a stage ran "
+              f"(stages that ran at once count once; a paused stage counts its pause) -> {verdict}")
         print_best_choice(run_dir)
         return
     evaluation, stages, curves = load(run_dir)
