@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Mapping, Sequence
 
@@ -46,7 +46,6 @@ class _Running:
     job: Job
     process: Any
     conn: Connection
-    result: tuple[str, Any] | None = field(default=None)
 
 
 def run_jobs(jobs: Sequence[Job], workers: int = 1) -> dict[str, Any]:
