@@ -10,7 +10,7 @@ name no requested entity), blended with the all-or-nothing ``success`` (the whol
 Why stray writes count: without them the dense reward never falls when the agent goes on past the last
 request to change orders nobody asked about, so GRPO could learn to keep writing for free. Why the
 completion weight: the shipped base mostly fails by skipping one request in the middle, which the dense
-fraction pays (n - 1) / n (measured in the README, "Session 22").
+fraction pays (n - 1) / n (measured in docs/research_log.md, "Session 22").
 """
 
 from __future__ import annotations

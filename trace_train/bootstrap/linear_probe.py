@@ -97,7 +97,7 @@ def linear_probes(model: torch.nn.Module, tokenizer: Any, cfg: BootstrapConfig, 
     label-balanced probe of :func:`fit_probe`, and the unweighted one's balanced accuracy beside it; and the
     balanced probe's accuracy on each case group (``accuracy_by_case``, ``points_by_case``), since a decision read
     at 0.85 overall can still be read at chance on the cases a capability env trains (the precondition refusals
-    that hinge on the request's kind and the order's status, README session 28).
+    that hinge on the request's kind and the order's status, docs/research_log.md, session 28).
 
     A probe has ``hidden_size`` + 1 weights; 300 train episodes give a rare decision ~300 points, too few to
     pin 129 weights down (on one base the held-out figure moved by 0.05 with the L2 strength), so the default

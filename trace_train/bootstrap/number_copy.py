@@ -3,9 +3,9 @@
 The base copies an entity id because tool results echo the ids they were called with (the copy loss trains that
 on every episode), but no episode echoes a price, a bound or a total, so behaviour cloning alone leaves the base
 writing memorised values: teacher forced, a packed chain with every integer below 1,000 one token wrote 1.7 % of
-the assistant's numbers right (README, session 23). Diagnosed on that chain (README, session 25), head 0 of the
-last layer attended most to the number to copy for 1 of 234, and once trained to find it, still did not write it:
-the value path of number tokens was never trained. The loss below trains both paths of head :data:`COPY_HEAD` of
+the assistant's numbers right (docs/research_log.md, session 23). Diagnosed on that chain (session 25 there), head 0
+of the last layer attended most to the number to copy for 1 of 234, and once trained to find it, still did not write
+it: the value path of number tokens was never trained. The loss below trains both paths of head :data:`COPY_HEAD` of
 the last decoder layer:
 
 * **pointer**: from the position before each assistant number token that occurred earlier outside assistant turns,
@@ -17,8 +17,8 @@ the last decoder layer:
 
 Numbers must be single tokens (``bootstrap.atomic_numbers``), so "the earlier occurrence" is one position.
 With ``bootstrap.number_copy_entities`` the same loss covers the pool's entity ids (single tokens too): the
-atomic-number chain had lost the copying of the order the user named (README, session 26), and the pointer
-term restores it. An :class:`Evidence` covers a value the user states in other words (a cancel reason): the head
+atomic-number chain had lost the copying of the order the user named (docs/research_log.md, session 26), and the
+pointer term restores it. An :class:`Evidence` covers a value the user states in other words (a cancel reason): the head
 points at the phrase and writes the value from it.
 """
 
