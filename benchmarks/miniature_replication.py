@@ -139,11 +139,74 @@ def print_best_choice(run_dir: Path) -> None:
           + f"; tasks needing 2+ capabilities: {multi_n}, solved by the base {multi['base']}")
 
 
+def trajectories_of(run_dir: Path, policy: str) -> Path | None:
+    """A policy's held-out trajectories: the eval stage's (the run's own seed) or its replication eval stage's."""
+    for path in (run_dir / "eval" / f"trajectories_{policy}.jsonl",
+                 run_dir / "replication" / "eval" / policy / f"trajectories_{policy}.jsonl"):
+        if path.is_file():
+            return path
+    return None
+
+
+def slim_records(path: Path) -> list[dict]:
+    """The fields the combination table reads, so a 1,000-episode file does not hold its token ids in memory."""
+    from trace_envs.records import ReadReport, iter_trajectory_rows, task_capabilities
+
+    return [{"env_id": r["env_id"], "seed": r["seed"], "success": r["success"],
+             "info": {"required_capabilities": task_capabilities(r.get("info") or {}) or []}}
+            for r in iter_trajectory_rows(path, ReadReport())]
+
+
+def by_need(run_dir: Path, tables: dict) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
+    """Held-out success of each main-table row by what its tasks need (nothing, one capability alone, two or
+    more), the mean over the row's run seeds: ``({group: episodes}, {row: {group: rate}})``. An untrained row
+    (seed None) is the same policy in every seed; a row without trajectories on disk is left out."""
+    from trace_train.evaluation.combinations import combination_table
+    from trace_train.pipeline.replication import seeded
+
+    own, rates, sizes = tables["seeds"][0], {}, {}
+    for seed in tables["seeds"]:
+        records = {}
+        for row, agg in tables["main"].items():
+            seeds = {p["seed"] for p in agg["per_seed"]}
+            path = trajectories_of(run_dir, row if seeds == {None} else seeded(row, seed, own))
+            if path is not None and (seed in seeds or seeds == {None}):
+                records[row] = slim_records(path)
+        if "base" not in records:
+            continue
+        for group, (n, successes) in combination_table(records, ["base"]).by_need().items():
+            sizes[group] = n
+            for row, k in successes.items():
+                rates.setdefault(row, {}).setdefault(group, []).append(k / n)
+    return sizes, {row: {g: sum(v) / len(v) for g, v in groups.items()} for row, groups in rates.items()}
+
+
+def print_by_need(run_dir: Path, tables: dict) -> None:
+    sizes, rows = by_need(run_dir, tables)
+    if not rows:
+        print("no held-out trajectories of the main table's rows on disk")
+        return
+    from trace_train.evaluation.combinations import NONE, SEVERAL
+
+    groups = list(sizes)
+    heads = {g: {NONE: "needs nothing", SEVERAL: "2+ capabilities"}.get(g, g.split("_")[0] + " alone") for g in groups}
+    print(f"\nheld-out success by what the task needs (a capability alone: its tasks need no other; trained rows: "
+          f"mean over run seeds {tables['seeds']})")
+    print(f"{'row':44s} " + " ".join(f"{heads[g]:>18s}" for g in groups))
+    print(f"{'':44s} " + " ".join(f"{'n = ' + str(sizes[g]):>18s}" for g in groups))
+    for row, agg in tables["main"].items():
+        if row in rows:
+            print(f"{agg.get('label', row):44s} " + " ".join(f"{rows[row].get(g, float('nan')):18.3f}" for g in groups))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="quick", choices=["quick", "replication"])
     parser.add_argument("--run-dir", default=None, help="default: runs/<preset>")
     parser.add_argument("--run", action="store_true", help="run `trace-rl pipeline preset=<preset>` first")
+    parser.add_argument("--by-need", action="store_true",
+                        help="replication: also each main row's success by what the task needs (reads every row's "
+                             "held-out trajectories: a few minutes)")
     args = parser.parse_args()
     run_dir = Path(args.run_dir or f"runs/{args.preset}")
     if args.run:
@@ -165,6 +228,8 @@ def main() -> None:
         print(f"goal, run time <= {REPLICATION_BUDGET_MIN} min on 2 cores: {minutes:.1f} min while a stage ran "
               f"(stages that ran at once count once; a paused stage counts its pause) -> {verdict}")
         print_best_choice(run_dir)
+        if args.by_need:
+            print_by_need(run_dir, tables)
         return
     evaluation, stages, curves = load(run_dir)
     policies = evaluation["policies"]

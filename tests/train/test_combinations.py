@@ -10,7 +10,7 @@ import pytest
 import trace_envs  # noqa: F401  (registers the envs)
 from trace_envs.records import task_capabilities
 from trace_envs.retail_sim import ENV_ID, ExpertKnobs, ScriptedExpert, split_seeds
-from trace_train.evaluation.combinations import combination_table
+from trace_train.evaluation.combinations import NONE, SEVERAL, combination_table
 from trace_train.rollout.base import EpisodeRequest
 from trace_train.rollout.scripted import ScriptedRolloutBackend
 
@@ -118,3 +118,23 @@ def test_annotation_routing_picks_each_episodes_adapter_by_its_tasks_capabilitie
                          for c in t.cells)
     with pytest.raises(ValueError, match="without records"):
         t.annotation_routing({"tool_calling_precision": "precision"})
+
+
+def test_by_need_groups_cells_into_nothing_one_capability_alone_and_several(records):
+    t = combination_table(records, ["base", "precondition", "structured"])
+    groups = t.by_need()
+    labels = list(groups)
+    assert labels[0] == NONE and labels[-1] == SEVERAL
+    assert labels[1:-1] == sorted(labels[1:-1]) and all(" + " not in g for g in labels)
+    assert sum(n for n, _ in groups.values()) == t.n
+    multi_n, multi = t.multi_capability()
+    assert groups[SEVERAL] == (multi_n, multi)
+    by_seed = {name: {r.seed: r for r in rows} for name, rows in records.items()}
+    for label in labels[1:-1]:
+        seeds = [s for s, r in by_seed["base"].items() if caps_of(r) == (label,)]
+        n, successes = groups[label]
+        assert n == len(seeds) > 0
+        assert successes == {p: sum(by_seed[p][s].success for s in seeds) for p in records}
+    # the fix wins the tasks that need its capability alone
+    pre = groups["precondition_verification"][1]
+    assert pre["precondition"] > pre["base"]

@@ -27,6 +27,7 @@ from typing import Any
 from trace_envs.records import task_capabilities
 
 NONE = "(none)"  # the cell of tasks that need no capability
+SEVERAL = "(2+ capabilities)"  # :meth:`CombinationTable.by_need`'s group of tasks that need two or more
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,17 @@ class CombinationTable:
         """Episodes whose task needs two or more capabilities, and each policy's successes among them."""
         cells = [c for c in self.cells if len(c.capabilities) >= 2]
         return sum(c.n for c in cells), {p: sum(c.successes[p] for c in cells) for p in self.policies}
+
+    def by_need(self) -> dict[str, tuple[int, dict[str, int]]]:
+        """The cells in three kinds: tasks that need nothing (:data:`NONE`), each capability a task needs alone
+        (its name), and every task that needs two or more (:data:`SEVERAL`): label -> (episodes, each policy's
+        successes), in that order (capabilities by name)."""
+        groups: dict[str, list[CombinationCell]] = defaultdict(list)
+        for cell in self.cells:
+            groups[SEVERAL if len(cell.capabilities) >= 2 else cell.label].append(cell)
+        labels = sorted(groups, key=lambda g: (g != NONE, g == SEVERAL, g))
+        return {g: (sum(c.n for c in groups[g]), {p: sum(c.successes[p] for c in groups[g]) for p in self.policies})
+                for g in labels}
 
     def annotation_routing(self, adapters: Mapping[str, str], base: str = "base") -> tuple[tuple[str, ...], int]:
         """``(order, successes)`` of the best annotation router: ``adapters`` maps a capability to the policy that
