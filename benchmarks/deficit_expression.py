@@ -27,7 +27,7 @@ from trace_envs.retail_sim.experts import CAPABILITY_TO_KNOB
 from trace_train.analysis.retail_decisions import CAPABILITIES, DecisionTally, tally_decisions
 from trace_train.evaluation import wilson_interval
 from trace_train.paths import REPO_ROOT
-from trace_train.pipeline.stages import play
+from trace_train.pipeline.policy_play import play
 from trace_train.policies import PolicySpec
 from trace_train.rollout.loop import rollout_requests
 from trace_train.rollout.scripted import ScriptedRolloutBackend

@@ -10,7 +10,7 @@ import torch
 
 import trace_envs  # noqa: F401
 from tests.cli_runner import run_cli
-from trace_envs.registry import register_run_dir, resolve_env_ids
+from trace_envs.env_refs import register_run_dir, resolve_env_ids
 
 torch.set_num_threads(1)
 CALC = "trace_envs.examples.calculator:my/calc-v0"

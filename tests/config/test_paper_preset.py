@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from trace_train.paths import CONF_DIR
 from trace_train.pipeline.config import PipelineConfigs, target_domain
-from trace_train.pipeline.stages import base_spec
+from trace_train.pipeline.policy_play import base_spec
 
 AIRLINE, RETAIL = "trace/tau2-airline-llm-v0", "trace/tau2-retail-llm-v0"
 

@@ -10,7 +10,7 @@ from trace_envs.records import task_capabilities
 from trace_moe import ComposedModel, GateConfig
 from trace_moe.routing_trace import NO_ANNOTATION, capability_table, route_record, routing_trace
 from trace_train.paths import shipped_checkpoint
-from trace_train.pipeline.stages import play
+from trace_train.pipeline.policy_play import play
 from trace_train.policies import PolicySpec
 
 from .moe_helpers import make_adapter

@@ -13,8 +13,8 @@ from tests.rollout.conftest import model, tokenizer  # noqa: F401  (tiny model f
 from tests.rollout_openai.conftest import FAKE_ENV_ID
 from tests.rollout_openai.fake_server import FakeOpenAIServer
 from trace_train.pipeline.config import PipelineConfig
+from trace_train.pipeline.policy_play import base_spec
 from trace_train.pipeline.run import Pipeline
-from trace_train.pipeline.stages import base_spec
 
 RETAIL_SIM, TAU2_RETAIL, TAU2_AIRLINE = "trace/retail-sim-v0", "trace/tau2-retail-v0", "trace/tau2-airline-v0"
 
@@ -23,7 +23,7 @@ def test_single_string_target_keeps_its_rollout_hash():
     """A plain-string target with default policy hashes as before ``policy.kind`` existed."""
     from dataclasses import asdict
 
-    from trace_train.pipeline.stages import policy_hash_part
+    from trace_train.pipeline.policy_play import policy_hash_part
 
     cfg = PipelineConfig.from_dict({})
     part = policy_hash_part(cfg)

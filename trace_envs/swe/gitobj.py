@@ -2,7 +2,7 @@
 
 Generating a task must be cheap (a reset of the code-localization env generates one), so instead of
 running git a dozen times we compute the commit id git would give a tree committed with the fixed
-identity of ``sandbox.GIT_IDENTITY`` (``sandbox.materialize`` cross-checks it against real git) and
+identity of ``host_git.GIT_IDENTITY`` (``sandbox.materialize`` cross-checks it against real git) and
 render patches with ``difflib`` in the format ``git apply`` reads.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 
-_AUTHOR = "trace-rl <trace-rl@localhost> 946684800 +0000"  # matches sandbox.GIT_IDENTITY
+_AUTHOR = "trace-rl <trace-rl@localhost> 946684800 +0000"  # matches host_git.GIT_IDENTITY
 _MESSAGE = "base\n"
 
 
@@ -37,7 +37,7 @@ def _tree(files: dict[str, bytes]) -> bytes:
 
 
 def commit_hash(files: dict[str, str]) -> str:
-    """The id of the single commit ``sandbox.init_repo`` makes of ``files`` (all mode 100644)."""
+    """The id of the single commit ``host_git.init_repo`` makes of ``files`` (all mode 100644)."""
     tree = _tree({p: t.encode() for p, t in files.items()}).hex()
     body = f"tree {tree}\nauthor {_AUTHOR}\ncommitter {_AUTHOR}\n\n{_MESSAGE}".encode()
     return _object("commit", body).hex()

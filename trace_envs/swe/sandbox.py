@@ -31,15 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trace_envs.swe import confinement as conf
-from trace_envs.swe.store import PristineStore, default_store, is_git_repo
+from trace_envs.swe.host_git import GIT_IDENTITY, git, is_git_repo
+from trace_envs.swe.store import PristineStore, default_store
 
 log = logging.getLogger(__name__)
 
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "trace-rl", "GIT_AUTHOR_EMAIL": "trace-rl@localhost",
-    "GIT_COMMITTER_NAME": "trace-rl", "GIT_COMMITTER_EMAIL": "trace-rl@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-}
 POLL_S = 0.05
 EXIT_SETUP_FAILED = 125
 
@@ -210,26 +206,6 @@ def execute(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimi
         text += f"\n[sandbox] the command was killed: {killed}\n"
     return ExecResult(text, proc.returncode, timed_out, killed.split(":")[0] if killed else None,
                       err.text(limit) if not merge_stderr else "")
-
-
-def git(cwd: Path, *args: str, check: bool = True, input_text: str | None = None) -> str:
-    """Run git with the fixed identity; returns stdout. Host-side: only on trees the agent never touched."""
-    env = {**os.environ, **GIT_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1"}
-    res = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, input=input_text)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {res.stderr.strip()}")
-    return res.stdout
-
-
-def init_repo(tree: Path) -> str:
-    """``git init`` + one commit of everything under ``tree`` with a fixed identity; returns the hash.
-
-    Identical content gives an identical hash, so a generated base commit is reproducible.
-    """
-    git(tree, "init", "-q", "-b", "main")
-    git(tree, "add", "-A")
-    git(tree, "commit", "-q", "--no-verify", "-m", "base")
-    return git(tree, "rev-parse", "HEAD").strip()
 
 
 def materialize(source: Path, dest: Path, base_commit: str | None, store: PristineStore | None = None) -> str:

@@ -16,12 +16,9 @@ import threading
 import weakref
 from pathlib import Path
 
+from trace_envs.swe.host_git import init_repo, is_git_repo
+
 log = logging.getLogger(__name__)
-
-
-def is_git_repo(path: Path) -> bool:
-    """A work tree with ``.git`` or a bare repository."""
-    return (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())
 
 
 class PristineStore:
@@ -42,8 +39,6 @@ class PristineStore:
 
     def source_for(self, source: Path, base_commit: str | None) -> Path:
         """A git repository holding ``source`` at ``base_commit`` (pinned on first use for plain trees)."""
-        from trace_envs.swe.sandbox import init_repo  # noqa: PLC0415 - sandbox imports this module
-
         source = Path(source)
         key = (str(source.resolve()), base_commit or "")
         with self._lock:

@@ -26,7 +26,7 @@ def _as_list(value: Any) -> list[str]:
 
 def resolve_cfg_envs(cfg: DictConfig, env_ids: list[str]) -> list[str]:
     """Resolve ``env_ids`` with the config's ``imports`` and ``run_dir``; ``ValueError`` saying what to fix."""
-    from trace_envs.registry import resolve_env_ids
+    from trace_envs.env_refs import resolve_env_ids
 
     run_dir = cfg.get("run_dir")
     run_dirs = [to_absolute_path(str(run_dir))] if run_dir else []

@@ -124,33 +124,13 @@ def existing_path(value: Any, key: str, kind: str = "file or directory", need: s
 def known_env(env_id: str, key: str = "env") -> None:
     """Raise :class:`ConfigError` if ``env_id`` is not a registered (or importable ``module:id``) env.
 
-    Uses the shared env reference resolver (``trace_envs.registry.resolve_env_ids``) when it exists,
-    gymnasium's registry otherwise. No model is loaded.
+    Uses the shared env reference resolver (``trace_envs.env_refs.resolve_env_ids``). No model is loaded.
     """
-    import gymnasium as gym
+    from trace_envs.env_refs import resolve_env_ids
 
     try:
-        import trace_envs  # noqa: F401  (registers the trace/ ids)
-    except ImportError:
-        logger.info("trace_envs not importable; only already-registered env ids are available")
-    try:
-        from trace_envs import registry
-
-        resolver = getattr(registry, "resolve_env_ids", None)
-    except ImportError:
-        resolver = None
-    try:
-        if resolver is not None:
-            resolver([str(env_id)])
-            return
-        if ":" in str(env_id):
-            import importlib
-
-            module, _, name = str(env_id).partition(":")
-            importlib.import_module(module)
-            env_id = name
-        gym.spec(str(env_id))
-    except (gym.error.Error, ImportError, ValueError, KeyError) as exc:
+        resolve_env_ids([str(env_id)])
+    except ValueError as exc:
         raise ConfigError(f"{key}={env_id}: unknown env ({exc}); register it or pass module:id") from exc
 
 

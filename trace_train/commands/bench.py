@@ -21,7 +21,7 @@ from trace_train.paths import CONF_DIR
 
 
 def _checked(cfg: DictConfig) -> tuple[dict[str, int], list[str], dict]:
-    from trace_envs.registry import register_run_dir
+    from trace_envs.env_refs import register_run_dir
     from trace_train.commands._env_refs import resolve_cfg_envs
     from trace_train.commands.eval import policies_from_config
     from trace_train.commands.rollout import check_count, check_seed_range

@@ -153,8 +153,8 @@ def normalize_envs(env: str | Mapping[str, float]) -> dict[str, float]:
 
 def check_env_ids(env_ids: list[str], imports: list[str] | None = None,
                   run_dirs: list[str] | None = None) -> None:
-    """Fail unless every id resolves (``trace_envs.registry.resolve_env_ids``, the resolver every command uses)."""
-    from trace_envs.registry import resolve_env_ids
+    """Fail unless every id resolves (``trace_envs.env_refs.resolve_env_ids``, the resolver every command uses)."""
+    from trace_envs.env_refs import resolve_env_ids
 
     resolve_env_ids(env_ids, imports=imports or (), run_dirs=run_dirs or ())
 

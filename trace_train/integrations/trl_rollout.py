@@ -115,7 +115,7 @@ class TraceEnvRollout:
         backend_kwargs: Mapping[str, Any] | None = None,
         backend_factory: Callable[[Any, Any], RolloutBackend] | None = None,
     ) -> None:
-        from trace_envs.registry import resolve_env_ids
+        from trace_envs.env_refs import resolve_env_ids
 
         resolve_env_ids([env_id])  # an unknown id fails here, not in the first training step
         if max_new_tokens < 1:

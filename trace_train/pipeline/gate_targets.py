@@ -19,7 +19,7 @@ import numpy as np
 
 from trace_moe.config import RoutingTargetsConfig
 from trace_train.pipeline.config import PipelineConfig
-from trace_train.pipeline.stages import base_spec, play
+from trace_train.pipeline.policy_play import base_spec, play
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from trace_envs.records import write_json_atomic
 from trace_train.evaluation.replication_table import EPISODE_ROUTED, PolicyRow, build_tables
+from trace_train.pipeline.policy_play import base_spec
 from trace_train.pipeline.stage_runner import content_hash
-from trace_train.pipeline.stages import base_spec, capability_prompt, compose_adapters, solved_requests
+from trace_train.pipeline.stages import capability_prompt, compose_adapters, solved_requests
 from trace_train.workers import Job, run_jobs
 
 if TYPE_CHECKING:

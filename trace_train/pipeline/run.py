@@ -14,16 +14,14 @@ from typing import Any, Mapping
 from trace_envs.records import read_trajectories, write_json_atomic, write_trajectories
 from trace_train.analysis.config import AnalysisConfig
 from trace_train.pipeline.config import TRAINED_BASELINES, MoEConfig, PipelineConfig, PipelineConfigs, target_domain
+from trace_train.pipeline.policy_play import base_spec, play, policy_hash_part
 from trace_train.pipeline.stage_runner import StageRunner, content_hash
 from trace_train.pipeline.stages import (
-    base_spec,
     capabilities_to_synthesize,
     capability_prompt,
     checkpoint_of,
     compose_adapters,
     grpo_run,
-    play,
-    policy_hash_part,
     resolve_base_model,
     sample_efficiency,
 )

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from trace_envs.hints import envs_without_hints
-from trace_envs.records import TrajectoryRecord, read_trajectories, write_json_atomic
+from trace_envs.records import read_trajectories, write_json_atomic
 from trace_train.model.system_notes import capability_note
 from trace_train.pipeline.config import MoEConfig, PipelineConfig
-from trace_train.policies import PolicySpec
+from trace_train.pipeline.policy_play import base_spec, play
 
 logger = logging.getLogger(__name__)
 
@@ -59,29 +59,6 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
             "probe": summary.get("probe")}
 
 
-def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str | None = None,
-              kind: str | None = None, system_suffix: str = "") -> PolicySpec:
-    """The pipeline's policy ``name`` (with ``adapter``): ``pipeline.policy.kind`` (hf, or openai at
-    ``pipeline.policy.base_urls``, adapters hot-loaded into the server) unless ``kind`` is given (``composed``)."""
-    p = cfg.policy
-    kind = kind or p.kind
-    served = {"base_urls": list(p.base_urls), "served_model": p.served_model or model,
-              "server": dict(p.server)} if kind == "openai" else {}
-    return PolicySpec(kind=kind, name=name, model=model, adapter=adapter, render_tools=p.render_tools,
-                      temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, threads=p.threads,
-                      system_suffix=system_suffix, **served)
-
-
-def policy_hash_part(cfg: PipelineConfig) -> dict[str, Any]:
-    """``pipeline.policy`` as stage hashes see it: without the backend keys while they are the defaults (hf), so
-    runs made before ``pipeline.policy.kind`` existed keep their hashes."""
-    part = asdict(cfg.policy)
-    if part["kind"] == "hf" and not part["base_urls"] and part["served_model"] is None and not part["server"]:
-        for key in ("kind", "base_urls", "served_model", "server"):
-            part.pop(key)
-    return part
-
-
 def capabilities_to_synthesize(selected: list[str], max_capabilities: int) -> list[str]:
     """The first ``max_capabilities`` of ``selected`` that an env family can build, then every one none can.
 
@@ -99,16 +76,6 @@ def capability_prompt(selected_path: Path, names: list[str]) -> str:
     doc = json.loads(Path(selected_path).read_text())
     described = {c["name"]: c.get("description", "") for c in doc.get("selected", [])}
     return capability_note([(name, described.get(name, "")) for name in names])
-
-
-def play(spec: PolicySpec, env_id: str, split: str, episodes: int, offset: int = 0, trials: int = 1,
-         batch: int = 32, env_kwargs: dict[str, Any] | None = None) -> list[TrajectoryRecord]:
-    from trace_train.policies import build_backend
-    from trace_train.rollout.loop import rollout_requests, run_rollouts
-
-    backend, adapter = build_backend(spec)
-    requests = rollout_requests(env_id, dict(env_kwargs or {}), split, episodes, offset, trials)
-    return run_rollouts(backend, requests, spec.sampling, adapter, batch, label=f"{spec.name:>16}")
 
 
 def trainer_config(grpo_cfg: Any, iterations: int, mode: str = "grpo") -> Any:

@@ -26,19 +26,10 @@ from trace_envs.synthesis.llm.loader import ENTRY_POINT, sha256_text
 from trace_envs.synthesis.llm.validate import target_tool_schemas, validate_module
 from trace_train.analysis.llm_client import ChatClient
 from trace_train.synthesis.attempts import Attempt, AttemptSteps, LLMCapabilityResult, run_attempts
+from trace_train.synthesis.client import make_client
 from trace_train.synthesis.prompt import build_messages, extract_module, retry_message
 
 logger = logging.getLogger(__name__)
-
-
-def make_client(cfg: SynthesisConfig) -> ChatClient:
-    llm = cfg.llm
-    if not llm.configured:
-        raise ValueError("synthesis.generator=llm needs synthesis.llm.base_url=<an OpenAI-compatible endpoint> "
-                         "(and synthesis.llm.model)")
-    return ChatClient(base_url=llm.base_url or "", model=llm.model, api_key=llm.api_key,
-                      temperature=llm.temperature, max_tokens=llm.max_tokens, timeout=llm.timeout_s,
-                      retries=llm.retries)
 
 
 def _calibration_feedback(failures: list[str], stats: dict[str, Any]) -> str:

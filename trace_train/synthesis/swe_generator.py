@@ -30,7 +30,7 @@ from trace_envs.synthesis.llm.swe_validate import validate_scenario
 from trace_train.analysis.llm_client import ChatClient
 from trace_train.paths import PROMPTS_DIR
 from trace_train.synthesis.attempts import Attempt, AttemptSteps, LLMCapabilityResult, run_attempts
-from trace_train.synthesis.generator import make_client
+from trace_train.synthesis.client import make_client
 from trace_train.synthesis.prompt import _stats, _trajectory_text, failed_examples, fill_messages
 
 SYSTEM = ("You are an expert Python engineer who writes SWE-bench-style training tasks for coding agents. "

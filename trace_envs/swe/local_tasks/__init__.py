@@ -15,9 +15,9 @@ from typing import Any, Iterable
 import yaml
 
 from trace_envs.swe.gitobj import commit_hash, make_patch
+from trace_envs.swe.host_git import GIT_IDENTITY
 from trace_envs.swe.local_tasks.templates import TEMPLATES, LocalTaskTemplate
 from trace_envs.swe.patches import DEFAULT_TEST_CMD, eval_script
-from trace_envs.swe.sandbox import GIT_IDENTITY
 
 DATASET = "trace-rl/local"
 DOCKERFILE = """FROM python:3.11-slim
