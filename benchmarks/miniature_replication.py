@@ -165,13 +165,14 @@ def by_need(run_dir: Path, tables: dict) -> tuple[dict[str, int], dict[str, dict
     from trace_train.pipeline.replication import seeded
 
     own, rates, sizes = tables["seeds"][0], {}, {}
+    read: dict[Path, list[dict]] = {}  # an untrained row's one file serves every seed: read it once
     for seed in tables["seeds"]:
         records = {}
         for row, agg in tables["main"].items():
             seeds = {p["seed"] for p in agg["per_seed"]}
             path = trajectories_of(run_dir, row if seeds == {None} else seeded(row, seed, own))
             if path is not None and (seed in seeds or seeds == {None}):
-                records[row] = slim_records(path)
+                records[row] = read[path] if path in read else read.setdefault(path, slim_records(path))
         if "base" not in records:
             continue
         for group, (n, successes) in combination_table(records, ["base"]).by_need().items():
