@@ -87,6 +87,27 @@ def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, dec
     assert recorded[0] == recorded[1] == model_fingerprint(clean.model_dir)
 
 
+def test_a_bootstrap_killed_before_its_summary_finishes_on_resume(tmp_path, monkeypatch):
+    """A kill after model/ is in place but before bootstrap.json: the resume republishes model/ over it."""
+    cfg = BootstrapConfig(**TINY)
+    real = bc.write_json_atomic
+
+    def killed_before_summary(path, *args, **kwargs):
+        if str(path).endswith("bootstrap.json"):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(bc, "write_json_atomic", killed_before_summary)
+    boot = bc.Bootstrapper(cfg, tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        boot.run(progress=False)
+    monkeypatch.setattr(bc, "write_json_atomic", real)
+    assert (boot.model_dir / "config.json").exists() and not boot.is_done()
+    summary = boot.run(progress=False)
+    assert boot.is_done() and summary["model_fingerprint"] == model_fingerprint(boot.model_dir)
+    assert [p.name for p in boot.dir.iterdir() if p.name.startswith(".model.")] == []  # no temp folder left
+
+
 def test_continuation_runs_its_parent_first_and_sees_fresh_data(tmp_path):
     parent = {**TINY, "steps": 4}
     child = BootstrapConfig(**{**TINY, "steps": 2, "init_from": parent, "data_offset_steps": 4})

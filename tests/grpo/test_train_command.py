@@ -50,6 +50,20 @@ def test_train_command_runs_and_resumes(tmp_path, capsys):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1]
     assert json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())["iteration"] == 2
+    # resuming another adapter's checkpoint, or from a damaged pointer: a one-line error before the model loads,
+    # nothing written
+    pointer = tmp_path / "run" / "checkpoints" / "latest.json"
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    other = [o if not o.startswith("adapter=") else "adapter=other" for o in common]
+    code, out = _cli(*other, "grpo.iterations=3", "resume=true", cwd=tmp_path, capsys=capsys)
+    assert code == 2 and "is for adapter 'cap', not 'other'" in out and "Traceback" not in out, out
+    pointer.write_text("{not json")
+    code, out = _cli(*common, "grpo.iterations=3", "resume=true", cwd=tmp_path, capsys=capsys)
+    assert code == 2 and "latest.json is damaged" in out.replace("\n", "") and "Traceback" not in out, out
+    pointer.write_text(json.dumps({"name": "iter_0009", "iteration": 9}))
+    code, out = _cli(*common, "grpo.iterations=3", "resume=true", cwd=tmp_path, capsys=capsys)
+    assert code == 2 and "points to missing checkpoint" in out.replace("\n", "") and "Traceback" not in out, out
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,55 @@ def test_resume_gives_identical_adapter(tmp_path):
     assert [json.loads(r)["iteration"] for r in rows] == [0, 1, 2, 3]
 
 
+def test_a_kill_between_the_version_and_its_checkpoint_replays_and_publishes_it(tmp_path, monkeypatch):
+    import trace_train.grpo.trainer as trainer_module
+
+    full, _ = make_trainer(tmp_path / "full", small_config(iterations=4, checkpoint_every=2))
+    full.train()
+    want = adapter_state_dict(full.model, "cap")
+    real = trainer_module.save_checkpoint
+
+    def killed_at_4(out_dir, iteration, *args, **kwargs):
+        if iteration == 4:
+            raise KeyboardInterrupt("killed after v0004, before its checkpoint")
+        return real(out_dir, iteration, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "save_checkpoint", killed_at_4)
+    first, _ = make_trainer(tmp_path / "split", small_config(iterations=4, checkpoint_every=2))
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    monkeypatch.setattr(trainer_module, "save_checkpoint", real)
+    second, backend = make_trainer(tmp_path / "split", small_config(iterations=4, checkpoint_every=2), resume=True)
+    assert second.start_iteration == 2
+    result = second.train()
+    assert len(backend.calls) == 2  # iterations 2 and 3 played again, v0004 published again
+    assert result.adapter_dir == tmp_path / "split" / "adapters" / "cap" / "v0004"
+    from safetensors.torch import load_file
+
+    got = load_file(result.adapter_dir / "adapter_model.safetensors")
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_checkpoint_without_its_version_gets_it_on_resume(tmp_path):
+    """A run killed between checkpoint and version before the version came first: resuming at its last
+    checkpoint trains nothing, writes the missing version from the checkpoint and returns it."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    full, _ = make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=2))
+    full.train()
+    want = adapter_state_dict(full.model, "cap")
+    shutil.rmtree(tmp_path / "adapters" / "cap" / "v0004")
+    again, backend = make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=2), resume=True)
+    result = again.train()
+    assert again.start_iteration == 4 and backend.calls == []
+    assert result.adapter_dir == tmp_path / "adapters" / "cap" / "v0004"
+    got = load_file(result.adapter_dir / "adapter_model.safetensors")
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert (tmp_path / "adapters" / "cap" / "v0002").exists()
+
+
 def test_grpo_raises_reward_on_toy_env(tmp_path):
     cfg = small_config(iterations=14, groups_per_iter=4, lr=1.5e-2, checkpoint_every=100, mini_batches=2, ppo_epochs=2)
     trainer, _ = make_trainer(tmp_path, cfg)

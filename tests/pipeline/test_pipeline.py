@@ -55,3 +55,15 @@ def test_bad_pipeline_config_fails_fast(tmp_path):
     out = subprocess.run([sys.executable, "-m", "trace_train.cli", "pipeline", f"pipeline.run_dir={tmp_path}",
                           "pipeline.baselines=[nonsense]"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "unknown baselines" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("content, message", [("[]", "is not a pipeline state"), ("{bad", "is not readable JSON")])
+def test_a_damaged_pipeline_state_is_named_and_kept(tmp_path, content, message):
+    state = tmp_path / "pipeline.json"
+    state.write_text(content)
+    out = subprocess.run([sys.executable, "-m", "trace_train.cli", "pipeline", f"pipeline.run_dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=120)
+    text = (out.stdout + out.stderr).replace("\n", " ")
+    assert out.returncode == 2 and f"{state}" in text and message in text and "Traceback" not in text, text
+    assert state.read_text() == content
+    assert {p.name for p in tmp_path.iterdir()} <= {"pipeline.json", ".hydra_logs"}  # no stage ran

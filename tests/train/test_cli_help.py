@@ -77,3 +77,16 @@ def test_refused_commands_leave_no_empty_run_dir(tmp_path, capsys, monkeypatch):
     (tmp_path / "keep").mkdir()
     code, _, _ = run_cli("rollout", "episodes=0", hydra_dir=".", capsys=capsys)  # never the working dir
     assert code == 2 and (tmp_path / "keep").is_dir()
+
+
+def test_a_file_where_a_directory_is_asked_for_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    from tests.cli_runner import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("not a run\n")
+    (tmp_path / "a_dir").mkdir()
+    for command, bad, message in (("report", "run_dir=a_file", "run_dir=a_file: not a directory"),
+                                  ("analyze", "trajectories=a_dir", "trajectories=a_dir: not a file")):
+        code, _, err = run_cli(command, bad, hydra_dir=f"outputs/{command}/now", capsys=capsys)
+        assert code == 2 and message in err.replace("\n", " ") and "Traceback" not in err, (command, err)
+    assert (tmp_path / "a_file").read_text() == "not a run\n"

@@ -25,6 +25,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoTokenizer
 
+from trace_envs.atomic_io import publish_dir
 from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
 from trace_train.bootstrap.compare import model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig
@@ -247,9 +248,8 @@ class Bootstrapper:
                     raise BootstrapPaused(self.config_hash, step + 1, cfg.last_step, cfg.time_budget_min, self.dir)
         model.eval()
         probe = teacher_forced_probe(model, tokenizer, renderer, cfg, decision_head=head)
-        tmp = self.dir / "model.tmp"
-        save_policy(model, tokenizer, tmp)
-        os.replace(tmp, self.model_dir)
+        # replaces a model/ left by a run killed before bootstrap.json (the resume retrains that stage)
+        publish_dir(self.model_dir, lambda tmp: save_policy(model, tokenizer, tmp))
         summary = {"config": json.loads(json.dumps(asdict(cfg))), "config_hash": self.config_hash,
                    "wall_s": time.perf_counter() - started,
                    "final_loss_ema": ema, "probe": probe,

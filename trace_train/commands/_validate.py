@@ -12,7 +12,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from rich.console import Console
 
@@ -103,9 +103,10 @@ def fraction(value: Any, key: str, low: float = 0.0, high: float = 1.0) -> float
     return float(value)
 
 
-def existing_path(value: Any, key: str, kind: str = "file or directory", need: str | None = None) -> Path:
-    """``value`` resolved against the original working directory; :class:`ConfigError` if it does not exist
-    (or, with ``need``, lacks the file ``need`` inside it)."""
+def existing_path(value: Any, key: str, kind: str = "file or directory", need: str | None = None,
+                  must_be: Literal["file", "dir"] | None = None) -> Path:
+    """``value`` resolved against the original working directory; :class:`ConfigError` if it does not exist,
+    is not a file / a directory (``must_be``), or, with ``need``, lacks the file ``need`` inside it."""
     from hydra.utils import to_absolute_path
 
     if value in (None, "", "???"):
@@ -116,6 +117,9 @@ def existing_path(value: Any, key: str, kind: str = "file or directory", need: s
         path = Path(str(value)).absolute()
     if not path.exists():
         raise ConfigError(f"{key}={value}: no such {kind}; set {key}=<{kind}>")
+    if (must_be == "dir" and not path.is_dir()) or (must_be == "file" and not path.is_file()):
+        raise ConfigError(f"{key}={value}: not a {'directory' if must_be == 'dir' else 'file'}; "
+                          f"set {key}=<{kind}>")
     if need and not (path / need).exists():
         raise ConfigError(f"{key}={value}: no {need} in it; not a {kind}; set {key}=<{kind}>")
     return path
@@ -255,6 +259,6 @@ def check_policy_spec(spec: Any, key: str) -> None:
     if spec.kind in ("hf", "composed", "task_router", "openai"):
         model_dir(spec.model, f"{key}.model")
     if spec.kind in ("hf", "composed", "task_router") and spec.adapter:
-        existing_path(spec.adapter, f"{key}.adapter", "adapter directory")
+        existing_path(spec.adapter, f"{key}.adapter", "adapter directory", must_be="dir")
     if spec.kind == "task_router" and spec.route_corpus:
-        existing_path(spec.route_corpus, f"{key}.route_corpus", "route corpus JSON file")
+        existing_path(spec.route_corpus, f"{key}.route_corpus", "route corpus JSON file", must_be="file")

@@ -38,7 +38,7 @@ def main(cfg: DictConfig) -> None:
         check_groups(cfg, "analysis")
         if str(cfg.labeler) not in LABELERS:
             raise ConfigError(f"labeler={cfg.labeler!r}: choose one of {', '.join(LABELERS)}")
-        trajectories = existing_path(cfg.trajectories, "trajectories", "JSONL file")
+        trajectories = existing_path(cfg.trajectories, "trajectories", "JSONL file", must_be="file")
         analysis = AnalysisConfig.from_dict(cfg.analysis)
     except (ConfigError, ValueError) as exc:
         fail("analyze", str(exc))

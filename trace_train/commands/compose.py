@@ -81,8 +81,8 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"the composition's base {base} is gone; set base=<hf directory>")
     else:
         raise ConfigError("base is required: set base=<Hugging Face model directory the adapters were trained on>")
-    data = existing_path(cfg.data, "data", "JSONL file")
-    held_out = existing_path(cfg.held_out, "held_out", "JSONL file") if cfg.held_out else None
+    data = existing_path(cfg.data, "data", "JSONL file", must_be="file")
+    held_out = existing_path(cfg.held_out, "held_out", "JSONL file", must_be="file") if cfg.held_out else None
     frac = fraction(cfg.held_out_frac, "held_out_frac")
     if str(cfg.dtype) not in DTYPES:
         raise ConfigError(f"dtype={cfg.dtype!r}: choose one of {', '.join(DTYPES)}")

@@ -19,7 +19,7 @@ def main(cfg: DictConfig) -> None:
     try:
         check_counts(cfg, {f"viewer.{key}": 1 for key in cfg.viewer})
         limits = ViewerLimits(**{k: int(v) for k, v in cfg.viewer.items()})
-        existing_path(cfg.run_dir, "run_dir", "run directory")
+        existing_path(cfg.run_dir, "run_dir", "run directory", must_be="dir")
     except (TypeError, ValueError) as exc:
         fail("report", str(exc))
     out = to_absolute_path(cfg.out) if cfg.out else None

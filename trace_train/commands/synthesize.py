@@ -43,7 +43,7 @@ def main(cfg: DictConfig) -> None:
     try:
         check_groups(cfg, "synthesis")
         scfg = synthesis_config(cfg)
-        selected_path = str(existing_path(cfg.selected, "selected", "selected_capabilities.json file"))
+        selected_path = str(existing_path(cfg.selected, "selected", "selected_capabilities.json file", must_be="file"))
         selected = read_selected(selected_path)
     except (TypeError, ValueError) as exc:
         fail("synthesize", str(exc))

@@ -38,6 +38,7 @@ def main(cfg: DictConfig) -> None:
     from trace_train.commands._env_refs import resolve_cfg_envs
     from trace_train.commands._validate import ConfigError, check_counts, check_groups, fail, model_dir
     from trace_train.grpo import GRPOConfig, GRPOTrainer
+    from trace_train.grpo.checkpoint import check_resumable
     from trace_train.grpo.config import check_output_dir, normalize_envs
 
     output_dir = Path(to_absolute_path(str(cfg.output_dir)))
@@ -50,6 +51,8 @@ def main(cfg: DictConfig) -> None:
         envs = normalize_envs(env)
         resolve_cfg_envs(cfg, list(envs))
         check_output_dir(output_dir, str(cfg.adapter), bool(cfg.resume))
+        if cfg.resume:
+            check_resumable(output_dir, str(cfg.adapter))
         if cfg.model.get("name_or_path"):
             source = model_dir(cfg.model.name_or_path, "model.name_or_path")
         elif cfg.get("tiny_policy_dir"):

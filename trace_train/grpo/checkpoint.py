@@ -59,14 +59,34 @@ def save_checkpoint(
 
 
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The checkpoint ``latest.json`` points to, or None."""
+    """The checkpoint ``latest.json`` points to, or None; a damaged pointer or a missing checkpoint is a
+    ``ValueError`` that names the file."""
     pointer = Path(output_dir) / "checkpoints" / "latest.json"
     if not pointer.exists():
         return None
-    path = pointer.parent / json.loads(pointer.read_text())["name"]
+    try:
+        name = json.loads(pointer.read_text(encoding="utf-8"))["name"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{pointer} is damaged ({type(exc).__name__}: {exc}); it should read "
+                         '{"name": "iter_NNNN", "iteration": N}') from exc
+    path = pointer.parent / str(name)
     if not path.is_dir():
-        raise RuntimeError(f"{pointer} points to missing checkpoint {path}")
+        raise ValueError(f"{pointer} points to missing checkpoint {path}")
     return path
+
+
+def checkpoint_adapter(path: str | os.PathLike) -> str:
+    """The adapter name a checkpoint was saved for."""
+    return str(torch.load(Path(path) / "state.pt", weights_only=False)["adapter"])
+
+
+def check_resumable(output_dir: str | os.PathLike, adapter: str) -> Path | None:
+    """The checkpoint a resumed run of ``adapter`` in ``output_dir`` would start from (None: it starts fresh);
+    ``ValueError`` when the pointer is damaged or the checkpoint belongs to another adapter."""
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is not None and (saved := checkpoint_adapter(checkpoint)) != adapter:
+        raise ValueError(f"checkpoint {checkpoint} is for adapter {saved!r}, not {adapter!r}")
+    return checkpoint
 
 
 def load_checkpoint(

@@ -154,6 +154,7 @@ class GRPOTrainer:
             state = load_checkpoint(checkpoint, self.model, adapter, self.optimizer)
             self.start_iteration = int(state["iteration"])
             logger.info("resumed %s from %s (iteration %d)", adapter, checkpoint, self.start_iteration)
+            self._publish_missing_version()
         elif resume:
             logger.info("resume requested but %s has no checkpoint; starting fresh", self.output_dir)
         if self.is_main and resume:  # rows logged after the checkpoint (or before the first one) are replayed
@@ -363,10 +364,12 @@ class GRPOTrainer:
                     self.metrics.log(iteration, metrics)
                 if done % cfg.checkpoint_every == 0 or done == cfg.iterations:
                     if self.is_main:
-                        save_checkpoint(self.output_dir, done, self.model, self.adapter, self.optimizer)
+                        # the version first: a kill between the two replays this iteration and republishes it,
+                        # where a checkpoint written first would resume past a version never written
                         adapter_dir = save_adapter(
                             self.model, self.adapter, versioned_dir(self.output_dir, self.adapter, done)
                         )
+                        save_checkpoint(self.output_dir, done, self.model, self.adapter, self.optimizer)
                     dist.barrier()
                 if progress is not None:
                     progress.update(
@@ -377,4 +380,16 @@ class GRPOTrainer:
                 progress.stop()
             if self.metrics is not None:
                 self.metrics.close()
+        final = versioned_dir(self.output_dir, self.adapter, cfg.iterations)
+        if adapter_dir is None and final.exists():  # resumed from the last checkpoint: nothing left to train
+            adapter_dir = final
         return TrainResult(iterations=cfg.iterations, adapter_dir=adapter_dir, history=history)
+
+    def _publish_missing_version(self) -> None:
+        """The adapter of the checkpoint resumed from, as ``adapters/<name>/v<iteration>``, when a run killed
+        between writing that checkpoint and that version (runs made before the version came first) lacks it."""
+        target = versioned_dir(self.output_dir, self.adapter, self.start_iteration)
+        if self.is_main and not target.exists():
+            logger.warning("checkpoint of iteration %d has no adapter version %s; writing it from the checkpoint",
+                           self.start_iteration, target)
+            save_adapter(self.model, self.adapter, target)

@@ -123,9 +123,10 @@ class Pipeline:
 
             tables = Replication(self, model, envs, h_train, h_eval).run(own, extra)
             h_report = content_hash(h_report, tables)
-        if composed and cfg.report.routing_sample > 0:  # a stage of its own: eval's and report's hashes unchanged
-            r.run("routing", content_hash(h_eval, "routing", asdict(cfg.report)),
-                  lambda d: self._routing(model, composed, d))
+        if composed and cfg.report.routing_sample > 0:  # a stage of its own: eval's hash unchanged
+            h_routing = content_hash(h_eval, "routing", asdict(cfg.report))
+            r.run("routing", h_routing, lambda d: self._routing(model, composed, d))
+            h_report = content_hash(h_report, h_routing)  # the report shows the trace: a new trace, a new report
         return r.run("report", h_report, self._report)
 
     def headline(self) -> str | None:

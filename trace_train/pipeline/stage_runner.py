@@ -37,6 +37,22 @@ def content_hash(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def read_state(path: Path) -> dict[str, Any]:
+    """``pipeline.json`` as a dict with a ``stages`` dict (``{"stages": {}}`` when absent); a damaged file is a
+    ``ValueError`` that names it: nothing is overwritten."""
+    if not path.exists():
+        return {"stages": {}}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not readable JSON ({exc}); the run's stage records are lost: move the file "
+                         "aside to redo every stage, or restore it") from exc
+    if not isinstance(state, dict) or not isinstance(state.get("stages"), dict):
+        raise ValueError(f"{path} is not a pipeline state (an object with a 'stages' object); move it aside to "
+                         "redo every stage, or restore it")
+    return state
+
+
 @dataclass
 class StageRunner:
     run_dir: Path
@@ -47,7 +63,7 @@ class StageRunner:
         self.run_dir = Path(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / "pipeline.json"
-        self.state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"stages": {}}
+        self.state: dict[str, Any] = read_state(path)
         self.state.update(self.meta)
 
     def _commit(self, name: str) -> None:
@@ -57,7 +73,7 @@ class StageRunner:
         with open(self.run_dir / "pipeline.json.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                disk = json.loads(path.read_text()) if path.exists() else {"stages": {}}
+                disk = read_state(path)
                 disk.update(self.meta)
                 disk["stages"][name] = self.state["stages"][name]
                 write_json_atomic(path, disk)
@@ -69,7 +85,7 @@ class StageRunner:
         """Take in the records other processes (pipeline workers) wrote since this one last read or wrote."""
         path = self.run_dir / "pipeline.json"
         if path.exists():
-            self.state = {**json.loads(path.read_text()), **self.meta}
+            self.state = {**read_state(path), **self.meta}
 
     def hash_of(self, name: str) -> str:
         return self.state["stages"].get(name, {}).get("hash", "")
