@@ -140,3 +140,19 @@ def test_broken_bare_call_is_an_error_but_json_like_text_stays_text():
     assert not turn.tool_calls and turn.errors and turn.content == ""
     assert parse_assistant_text("{not json}").content == "{not json}"
     assert parse_assistant_text('{"total": [1, 2}').content == '{"total": [1, 2}'
+
+
+def test_a_close_tag_inside_a_json_string_does_not_end_the_block():
+    code = 'PATTERN = "<tool_call>(.*?)</tool_call>"\n'
+    call = format_tool_call("str_replace", {"path": "parser.py", "new_str": code})
+    turn = parse_assistant_text(f"Editing.\n{call}\nthen\n{format_tool_call('f', {'a': 1})}")
+    assert turn.format_ok and turn.content == "Editing.\n\nthen"
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("str_replace", {"path": "parser.py", "new_str": code}),
+                                                               ("f", {"a": 1})]
+    # a broken block still ends at its first close tag, and the block after it is read on its own
+    broken = parse_assistant_text('<tool_call>{"name": </tool_call> mid <tool_call>{"name": "g", "arguments": {}}'
+                                  "</tool_call>")
+    assert [c.name for c in broken.tool_calls] == ["g"] and len(broken.errors) == 1 and broken.content == "mid"
+    # many close tags in a broken block: only the first few are tried, the first one is taken
+    hostile = parse_assistant_text("<tool_call>{" + "</tool_call>" * 10_000)
+    assert not hostile.tool_calls and len(hostile.errors) == 1

@@ -2,7 +2,8 @@
 
 Accepted forms, in order:
 * Qwen/Hermes: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (any number; an unclosed
-  final tag runs to the end of the text);
+  final tag runs to the end of the text; a ``</tool_call>`` inside a JSON string, as in code an agent
+  writes, does not end the block);
 * a bare JSON object with ``name`` and ``arguments`` as the whole message;
 * an OpenAI assistant message dict (``content`` + ``tool_calls`` with ``function.arguments`` as a JSON
   string or an object), or a ``{"name", "arguments"}`` dict.
@@ -27,7 +28,7 @@ TOOL_CALL_CLOSE = "</tool_call>"
 MAX_JSON_DEPTH = 32  # containers, the call object included; real tool calls nest 2-5 levels
 MAX_INT_BITS = 13_000  # ~3,900 decimal digits: under Python's default int<->str limit (4,300)
 _COMPACT = (",", ":")  # the chat template renders tool calls compactly; emit the same bytes
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_CLOSE_TRIES = 8  # close tags tried per block before the first one is taken (bounds the work on hostile text)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SPECIAL = re.compile(r'["\\\[\]{}]')
 _DEPTH_ERROR = f"nests deeper than {MAX_JSON_DEPTH} levels"
@@ -203,17 +204,49 @@ def parse_assistant_text(text: str) -> ParsedTurn:
     return _report_surrogates(turn, n_bad + cleaner.surrogates)
 
 
+def _blocks(text: str, cleaner: _Cleaner) -> tuple[list[Any], str]:
+    """The ``<tool_call>`` blocks of ``text`` as decoded objects (a ``_BadJSON`` for a broken one) and the text
+    outside them. A block ends at the first ``</tool_call>`` after which its body is valid JSON (of the first
+    ``_CLOSE_TRIES``), else at the first one, else at the end of the text."""
+    found: list[Any] = []
+    outside: list[str] = []
+    pos = 0
+    while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:
+        outside.append(text[pos:start])
+        body_start = start + len(TOOL_CALL_OPEN)
+        closes = []
+        at = text.find(TOOL_CALL_CLOSE, body_start)
+        while at != -1 and len(closes) < _CLOSE_TRIES:
+            closes.append(at)
+            at = text.find(TOOL_CALL_CLOSE, at + len(TOOL_CALL_CLOSE))
+        first: Any = None
+        for i, end in enumerate(closes or [len(text)]):
+            trial = _Cleaner()  # a candidate's scrubbed surrogates count only if it is the one taken
+            try:
+                obj: Any = _loads(text[body_start:end].strip(), trial)
+            except _BadJSON as exc:
+                obj = exc
+            if i == 0 or not isinstance(obj, _BadJSON):
+                first, block_end, surrogates = obj, end, trial.surrogates
+            if not isinstance(obj, _BadJSON):
+                break
+        cleaner.surrogates += surrogates
+        found.append(first)
+        pos = block_end + len(TOOL_CALL_CLOSE) if closes else len(text)
+    outside.append(text[pos:])
+    return found, "".join(outside).replace(TOOL_CALL_CLOSE, "")
+
+
 def _parse_text(text: str, cleaner: _Cleaner) -> ParsedTurn:
     turn = ParsedTurn(content="", raw=text)
     if TOOL_CALL_OPEN in text:
-        for body in _BLOCK.findall(text):
-            try:
-                obj = _loads(body.strip(), cleaner)
-            except _BadJSON as exc:
-                turn.errors.append(f"the tool call JSON {exc}")
-                continue
-            _add_call(turn, obj, cleaner)
-        turn.content = _BLOCK.sub("", text).replace(TOOL_CALL_CLOSE, "").strip()
+        objects, outside = _blocks(text, cleaner)
+        for obj in objects:
+            if isinstance(obj, _BadJSON):
+                turn.errors.append(f"the tool call JSON {obj}")
+            else:
+                _add_call(turn, obj, cleaner)
+        turn.content = outside.strip()
         return turn
     stripped = text.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
