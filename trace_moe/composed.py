@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 COMPOSE_JSON = "compose.json"
 GATES_FILE = "gates.safetensors"
+EXTEND_MARGIN = 1.0  # how far below the mean of the existing slots' logits a new slot starts (ComposedModel.extend)
 FORMAT_VERSION = 1
 
 
@@ -269,8 +270,9 @@ class ComposedModel(nn.Module):
 
         The existing adapters are loaded from their recorded paths (content hashes verified) and left
         untouched; every gate keeps its trained rows for the existing slots, and the new slot's row
-        starts at zero weight with a bias one below the smallest existing bias, so the extended
-        model initially routes (almost) as the saved one did.
+        starts as the mean of the existing rows with its bias ``EXTEND_MARGIN`` lower: its logit is the
+        mean of the others' minus the margin, below their maximum for every token, so the extended model's
+        top-1 routing starts exactly as the saved one's.
         """
         from safetensors.torch import load_file
 
@@ -302,8 +304,9 @@ class ComposedModel(nn.Module):
                     raise ValueError(f"{in_dir}: gate {i} has {w.shape[0]} slots, compose.json lists {old}")
                 gate.proj.weight[:old] = w.to(gate.proj.weight)
                 gate.proj.bias[:old] = b.to(gate.proj.bias)
-                gate.proj.weight[old:] = 0.0
-                gate.proj.bias[old:] = float(b.min()) - 1.0
+                # a constant row (zero weight) can beat every trained row on some token; the mean row cannot
+                gate.proj.weight[old:] = w.mean(0).to(gate.proj.weight)
+                gate.proj.bias[old:] = float(b.mean()) - EXTEND_MARGIN
         logger.info("extended composition %s (%d adapters) with %r in slot %d", in_dir, len(records), name, old)
         return composed
 

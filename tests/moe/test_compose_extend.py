@@ -125,3 +125,26 @@ def test_extend_refuses_a_second_adapter_and_bad_input_leaves_no_run_dir(tiny, t
         assert code == 2, overrides
         assert message in " ".join(stderr.split()), (overrides, stderr)
         assert not (tmp_path / "outputs").exists(), overrides
+
+
+def test_an_extended_composition_routes_every_token_as_the_saved_one(tiny, tmp_path):
+    """Trained rows that all sit below a constant (e.g. a shared offset, invisible to softmax) must not hand
+    tokens to the untrained new slot: its row starts as the mean of the others, a margin lower."""
+    from .moe_helpers import load_base
+
+    base_path, adapter_paths = tiny
+    saved = ComposedModel.from_pretrained(base_path, adapter_paths[:2], GateConfig(base_bias=1.0, weighting="selection"))
+    with torch.no_grad():
+        for gate in saved.gates:
+            gate.proj.weight.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+            gate.proj.weight -= 2.0 * gate.proj.weight.sum(0, keepdim=True).sign()  # a shared row: no routing change
+    tokens = torch.randint(0, 300, (4, 40), generator=torch.Generator().manual_seed(2))
+    want = saved(input_ids=tokens).logits
+    want_top = [gate.last_weights.argmax(-1) for gate in saved.gates]
+    saved.save(tmp_path / "old")
+    extended = ComposedModel.extend(tmp_path / "old", adapter_paths[2], "cap2", model=load_base(base_path))
+    got = extended(input_ids=tokens).logits
+    for gate, top in zip(extended.gates, want_top):
+        assert torch.equal(gate.last_weights.argmax(-1), top)
+        assert (gate.last_logits[..., 3] < gate.last_logits[..., :3].max(-1).values).all()
+    assert torch.allclose(got, want, atol=1e-5)

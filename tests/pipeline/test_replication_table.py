@@ -62,6 +62,19 @@ def test_goals_not_met_and_not_measured():
     assert last["met"] is False
 
 
+def test_a_goal_met_exactly_is_met():
+    # 7 of 20 vs 4 of 20: exactly +0.15 (0.35 - 0.2 is 0.14999999999999997 in floating point); the same score as
+    # the 4x run with a quarter of its rollouts
+    main = build_tables(_rows({"base": [4 / 20]}, seeded=False) + _rows({TRACE: [7 / 20], "grpo_target_4x": [7 / 20]}),
+                        {}, {}, seeds=[0], n_adapters=1)["main"]
+    got = {g["goal"]: g for g in goals(main, {"TRACE": 100, "grpo_target_4x": 400})}
+    assert got["TRACE >= base + 0.15"]["met"] is True
+    assert got["TRACE reaches GRPO-on-target's final score with <= 1/4 of its rollouts"]["met"] is True
+    below = build_tables(_rows({"base": [4 / 20]}, seeded=False) + _rows({TRACE: [0.349]}), {}, {}, seeds=[0],
+                         n_adapters=1)["main"]
+    assert goals(below, {"TRACE": 100})[0]["met"] is False
+
+
 def test_the_episode_router_row_gets_its_own_goal_lines_after_traces():
     rows = _rows({"base": [0.2]}, seeded=False) + _rows({
         TRACE: [0.25, 0.26], "TRACE (episode router)": [0.40, 0.41], "structured_data_reasoning": [0.3, 0.3],

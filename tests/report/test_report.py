@@ -143,6 +143,26 @@ def test_missing_and_broken_stages(tmp_path: Path):
         build_report(tmp_path / "nope")
 
 
+def test_files_of_another_shape_spoil_their_section_only(run_dir: Path, tmp_path: Path):
+    """Valid JSON that is not what this version writes (hand-edited, another version): that section says so, the
+    verdict line says it has none, and every other section is built."""
+    import shutil
+
+    run = tmp_path / "odd"
+    shutil.copytree(run_dir, run)
+    doc = json.loads((run / "eval" / "eval.json").read_text())
+    doc["policies"]["TRACE (composed)"] = {"overall": None, "per_capability": [1], "pass_k": [1]}
+    (run / "eval" / "eval.json").write_text(json.dumps(doc))
+    (run / "analysis" / "selected_capabilities.json").write_text(json.dumps({"candidates": None, "selected": None}))
+    page = build_report(run).read_text(encoding="utf-8")
+    for sid in ("evaluation", "analysis"):
+        assert "This section could not be built: its files are not in the shape this version writes" in \
+            section_html(page, sid), sid
+    assert "No verdict: eval.json is not in the shape this version writes" in page
+    for sid in ("pipeline", "training", "viewer"):
+        assert "could not be built" not in section_html(page, sid), sid
+
+
 def test_cli_rebuilds_and_prints_path(run_dir: Path, tmp_path: Path):
     (run_dir / "report.html").unlink(missing_ok=True)
     proc = subprocess.run(

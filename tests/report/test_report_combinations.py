@@ -66,3 +66,15 @@ def test_no_section_without_adapters(tmp_path: Path):
     write_run(tmp_path / "run", with_adapters=False)
     page = build_report(tmp_path / "run").read_text(encoding="utf-8")
     assert 'id="combinations"' not in page and '<a href="#combinations"' not in page
+
+
+def test_a_table_over_part_of_the_episodes_says_so(tmp_path: Path):
+    from trace_train.report import render_report
+    from trace_train.report.loaders import load_run
+
+    write_run(tmp_path / "run")
+    whole = text_of(render_report(load_run(tmp_path / "run")), "combinations")
+    assert "Partial" not in whole
+    part = text_of(render_report(load_run(tmp_path / "run", trajectory_scan_limit=25)), "combinations")
+    assert "Partial: the report reads at most the first 25 episodes" in part
+    assert "base 25 of 40" in part and "TRACE (composed) 25 of 40" in part

@@ -128,6 +128,15 @@ def test_unreachable_server(tokenizer):
     (json.dumps({"choices": [{"token_ids": [5, 6], "logprobs": {"token_logprobs": [-1.0, None]}}]}),
      "token_logprobs"),
     (json.dumps({"choices": []}), "no choices"),
+    (json.dumps([1]), "no choices"),
+    (json.dumps({"choices": ["x"]}), "first choice is a str"),
+    (json.dumps({"choices": [None]}), "first choice is a NoneType"),
+    (json.dumps({"choices": [{"token_ids": [5], "logprobs": [-1.0]}]}), "token_logprobs"),
+    (json.dumps({"choices": [{"token_ids": [True, False], "logprobs": {"token_logprobs": [-1.0, -1.0]}}]}),
+     "return_token_ids"),
+    (json.dumps({"choices": [{"token_ids": [-3], "logprobs": {"token_logprobs": [-1.0]}}]}), "return_token_ids"),
+    ('{"choices": [{"token_ids": [5], "logprobs": {"token_logprobs": [NaN]}}]}', "finite log-prob"),
+    (json.dumps({"choices": [{"token_ids": [5], "logprobs": {"token_logprobs": [3.0]}}]}), "finite log-prob"),
 ])
 def test_bad_answers_fail_at_once(model, tokenizer, answer, message):
     with FakeOpenAIServer(model, tokenizer, hook=_fail_completions([(200, answer)])) as srv:

@@ -62,6 +62,18 @@ def test_group_statistics_and_gate():
     assert not gate_failures(s, CalibrationGate(max_all_success=0.3, max_all_zero=0.3, max_constant=0.8))
 
 
+def test_gate_bounds_are_inclusive_up_to_float_rounding():
+    rewards = np.array([[0, 0, 0.7, 0.9], [1, 0.9, 0.3, 1]])  # the mean is 3/5, which floats read 0.6000000000000001
+    s = group_statistics(rewards, rewards >= 1.0)
+    assert s.mean_reward > 0.6 and not gate_failures(s, CalibrationGate())
+    assert gate_failures(s, CalibrationGate(reward_max=0.59)) == ["mean reward 0.600 outside [0.2, 0.59]"]
+
+
+def test_a_search_with_no_trials_is_refused():
+    with pytest.raises(ValueError, match=r"synthesis\.search\.max_trials must be an integer >= 1, got 0"):
+        SynthesisConfig.from_dict({"search": {"max_trials": 0}})
+
+
 @pytest.mark.parametrize("capability", sorted(FAMILIES))
 def test_calibration_with_imperfect_expert_lands_in_gate(cfg, capability):
     result = search_knobs(capability, replace(cfg, n_seeds=24))

@@ -14,6 +14,10 @@ def test_wilson_matches_hand_computation():
     assert low == pytest.approx(centre - half) and high == pytest.approx(centre + half)
     assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+    # none or all solved: the bound on that side is exactly 0 or 1 (the formula left 2.8e-17 at 0 of 11)
+    for n in (1, 11, 500, 1999):
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+        assert 0.0 < wilson_interval(0, n)[1] < 1.0 and 0.0 < wilson_interval(n, n)[0] < 1.0
 
 
 def test_pass_hat_k_hand_example():

@@ -94,20 +94,25 @@ def group_statistics(rewards: np.ndarray, successes: np.ndarray, pass_k: tuple[i
     )
 
 
+GATE_EPSILON = 1e-9  # the gate's bounds are inclusive: a mean of 3/5 that reads 0.6000000000000001 is at 0.6
+
+
 def gate_failures(stats: CalibrationStats, gate: CalibrationGate) -> list[str]:
-    """Human-readable reasons the gate rejects ``stats`` (empty = passes)."""
+    """Human-readable reasons the gate rejects ``stats`` (empty = passes); bounds are inclusive, up to float
+    rounding (``GATE_EPSILON``)."""
     out = []
-    if not gate.reward_min <= stats.mean_reward <= gate.reward_max:
+    eps = GATE_EPSILON
+    if not gate.reward_min - eps <= stats.mean_reward <= gate.reward_max + eps:
         out.append(f"mean reward {stats.mean_reward:.3f} outside [{gate.reward_min}, {gate.reward_max}]")
-    if not gate.success_min <= stats.success_rate <= gate.success_max:
+    if not gate.success_min - eps <= stats.success_rate <= gate.success_max + eps:
         out.append(f"success rate {stats.success_rate:.3f} outside [{gate.success_min}, {gate.success_max}]")
-    if stats.reward_std < gate.min_std:
+    if stats.reward_std < gate.min_std - eps:
         out.append(f"reward std {stats.reward_std:.3f} < {gate.min_std}")
-    if stats.frac_all_success > gate.max_all_success:
+    if stats.frac_all_success > gate.max_all_success + eps:
         out.append(f"all-success groups {stats.frac_all_success:.2f} > {gate.max_all_success}")
-    if stats.frac_all_zero > gate.max_all_zero:
+    if stats.frac_all_zero > gate.max_all_zero + eps:
         out.append(f"all-zero groups {stats.frac_all_zero:.2f} > {gate.max_all_zero}")
-    if stats.frac_constant > gate.max_constant:
+    if stats.frac_constant > gate.max_constant + eps:
         out.append(f"constant groups {stats.frac_constant:.2f} > {gate.max_constant}")
     return out
 

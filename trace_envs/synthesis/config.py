@@ -59,6 +59,10 @@ class SearchConfig:
     # harder ones cannot pass either, so the search may stop there.
     stop_when_too_hard: bool = False
 
+    def __post_init__(self) -> None:
+        if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) or self.max_trials < 1:
+            raise ValueError(f"synthesis.search.max_trials must be an integer >= 1, got {self.max_trials!r}")
+
     def ladder(self, capability: str, domain: str) -> list[dict[str, Any]]:
         """The candidates tried for ``capability`` on ``domain`` (``[{}]``, the family defaults, when none)."""
         return self.candidates.get(f"{capability}@{domain}") or self.candidates.get(capability) or [{}]

@@ -20,7 +20,19 @@ from rich.table import Table
 from trace_train.paths import CONF_DIR
 
 
-def _checked(cfg: DictConfig) -> tuple[dict[str, int], list[str], dict]:
+def named_policies(overrides: list[str]) -> set[str]:
+    """The policy names a command line's overrides set (``policies.<name>...``, ``+policies.<name>=...``)."""
+    names = set()
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.startswith("policies."):
+            names.add(key.split(".")[1])
+    return names
+
+
+def _checked(cfg: DictConfig, named: set[str] | None = None) -> tuple[dict[str, int], list[str], dict]:
+    """The checked counts, envs and policies; ``named``: the policies the command line set (with
+    ``run_policies``, only those replace the run's own models of the same name; None: every configured one)."""
     from trace_envs.env_refs import register_run_dir
     from trace_train.commands._env_refs import resolve_cfg_envs
     from trace_train.commands.eval import policies_from_config
@@ -42,7 +54,9 @@ def _checked(cfg: DictConfig) -> tuple[dict[str, int], list[str], dict]:
         from trace_train.bench.from_run import run_policies
 
         found = run_policies(to_absolute_path(str(cfg.run_dir)), greedy=bool(cfg.run_greedy))
-        policies = {**found, **policies}  # a policy given by name on the command line wins
+        # a policy given by name on the command line wins; the config's default base does not replace the run's
+        given = {name: spec for name, spec in policies.items() if named is None or name in named or name not in found}
+        policies = {**found, **given}
     if not policies:
         raise ValueError("no policy to bench; set policies.<name>={kind: ..., ...}")
     if cfg.baseline is not None and str(cfg.baseline) not in policies:
@@ -74,13 +88,15 @@ def _slug(text: str) -> str:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="bench", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
     from trace_envs.records import write_json_atomic, write_trajectories
     from trace_train.bench import run_bench
     from trace_train.bench.html import write_html
     from trace_train.commands.rollout import exit_with
 
     try:
-        counts, envs, policies = _checked(cfg)
+        counts, envs, policies = _checked(cfg, named_policies(list(HydraConfig.get().overrides.task)))
     except ValueError as exc:
         exit_with("bench", str(exc))
     played: dict = {}

@@ -352,8 +352,8 @@ class Pipeline:
                                         batch=e.batch_episodes, workers=self.cfg.workers,
                                         env_kwargs=self.cfg.env_kwargs(self.cfg.target_env, e.split))
             print_comparison(results, title=f"held-out {self.cfg.target_env} ({e.episodes} seeds x {e.trials})")
-        headline = results.get("TRACE (composed)") or next(iter(results.values()))
-        curves = sample_efficiency(self.cfg, model, trace_rollouts, headline, baselines, out, results)
+        curves = sample_efficiency(self.cfg, model, trace_rollouts, results.get("TRACE (composed)"), baselines, out,
+                                   results)
         return {"policies": {n: r["overall"] for n, r in results.items()}, "curves": list(curves["curves"])}
 
     def _eval_targets(self, policies: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]:

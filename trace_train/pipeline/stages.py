@@ -312,10 +312,11 @@ def refine_gates_grpo(cfg: PipelineConfig, composed: Any, model_dir: str, moe: M
             "env": env}
 
 
-def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, trace_summary: dict[str, Any],
+def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, trace_summary: dict[str, Any] | None,
                       baseline_outputs: dict[str, dict[str, Any]], out_dir: Path,
                       final_summaries: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Held-out success vs training rollouts: GRPO-on-target checkpoints vs TRACE's final composed point.
+    """Held-out success vs training rollouts: GRPO-on-target checkpoints vs TRACE's final composed point (no
+    TRACE curve when there is no composed model: ``trace_summary`` None).
 
     Each GRPO-on-target checkpoint plays ``eval.curve_episodes`` held-out seeds; with ``curve_episodes: 0`` the
     curve is its final point only, taken from its held-out evaluation (``final_summaries["grpo_target"]``), so no
@@ -323,8 +324,9 @@ def sample_efficiency(cfg: PipelineConfig, model_dir: str, trace_rollouts: int, 
     from trace_train.evaluation import summarize
 
     curves: dict[str, list[list[float]]] = {}
-    overall = trace_summary["overall"]
-    curves["TRACE"] = [[float(trace_rollouts), overall["rate"], overall["low"], overall["high"]]]
+    if trace_summary is not None:
+        overall = trace_summary["overall"]
+        curves["TRACE"] = [[float(trace_rollouts), overall["rate"], overall["low"], overall["high"]]]
     target = baseline_outputs.get("grpo_target")
     e = cfg.eval
     if target and e.curve_episodes == 0:

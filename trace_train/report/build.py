@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,18 +64,43 @@ def viewer_section(run: RunData, limits: ViewerLimits) -> str:
                    "required capabilities and, for target rollouts, the analysis labels.")
 
 
+# what a section's files can hold that its code did not expect (valid JSON of another shape: hand-edited, from
+# another version); the section says so and the rest of the page is built
+SHAPE_ERRORS = (TypeError, KeyError, AttributeError, IndexError, ValueError)
+
+
+def _guarded(sid: str, build: Callable[[], str]) -> str:
+    try:
+        return build()
+    except SHAPE_ERRORS as exc:
+        logger.warning("report section %s: its files are not in the expected shape (%s: %s)", sid,
+                       type(exc).__name__, exc, exc_info=True)
+        note = (f'<p class="note warn">This section could not be built: its files are not in the shape this version '
+                f"writes ({esc(type(exc).__name__)}: {esc(exc)}). Was a file edited by hand, or written by another "
+                "version?</p>")
+        return section(sid, dict(SECTIONS)[sid], note)
+
+
 def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: str | None = None) -> str:
-    """The whole page as one string."""
+    """The whole page as one string; a section whose files are not in the expected shape says so instead."""
     target = run.pipeline.data.get("target_env") if isinstance(run.pipeline.data, dict) else None
     title = title or f"TRACE run · {run.run_dir.name}"
-    parts = {
-        "pipeline": pipeline_section(run), "analysis": capabilities_section(run),
-        "synthesis": calibration_section(run), "training": training_section(run),
-        "evaluation": evaluation_section(run), "combinations": combinations_section(run),
-        "replication": replication_section(run),
-        "efficiency": efficiency_section(run),
-        "routing": with_routing_trace(routing_section(run), run), "viewer": viewer_section(run, limits),
+    builders: dict[str, Callable[[], str]] = {
+        "pipeline": lambda: pipeline_section(run), "analysis": lambda: capabilities_section(run),
+        "synthesis": lambda: calibration_section(run), "training": lambda: training_section(run),
+        "evaluation": lambda: evaluation_section(run), "combinations": lambda: combinations_section(run),
+        "replication": lambda: replication_section(run),
+        "efficiency": lambda: efficiency_section(run),
+        "routing": lambda: with_routing_trace(routing_section(run), run),
+        "viewer": lambda: viewer_section(run, limits),
     }
+    parts = {sid: _guarded(sid, build) for sid, build in builders.items()}
+    try:
+        banner = headline_banner(run)
+    except SHAPE_ERRORS as exc:
+        logger.warning("report headline: eval.json is not in the expected shape (%s: %s)", type(exc).__name__, exc)
+        banner = (f'<p class="note warn">No verdict: eval.json is not in the shape this version writes '
+                  f"({esc(type(exc).__name__)}: {esc(exc)}).</p>")
     nav = "".join(
         f'<a href="#{sid}" class="{"missing" if "notrun" in parts[sid] else ""}">{esc(label)}</a>'
         for sid, label in SECTIONS if parts[sid])
@@ -85,7 +111,7 @@ def render_report(run: RunData, limits: ViewerLimits = DEFAULT_LIMITS, title: st
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style><script>{ERROR_HOOK_JS}</script></head><body>"
         f"<header><h1>{esc(title)}</h1><p>{sub}run directory <code>{esc(run.run_dir)}</code> · "
-        f"generated {stamp} by trace-rl</p>{headline_banner(run)}</header><nav>{nav}</nav><main>"
+        f"generated {stamp} by trace-rl</p>{banner}</header><nav>{nav}</nav><main>"
         + "".join(parts[sid] for sid, _ in SECTIONS)
         + f"</main><footer>trace-rl report · self-contained, no network access needed</footer>"
         f"<script>{VIEWER_JS}</script></body></html>\n"

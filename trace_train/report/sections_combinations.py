@@ -30,6 +30,19 @@ def _eval_records(run: RunData) -> dict[str, list[dict[str, Any]]]:
     return {p: found[p] for p in order + sorted(found) if p in found}
 
 
+def _scan_note(run: RunData, policies: list[str]) -> str:
+    """A warning when the report read only the first rows of a policy's held-out file (its scan limit)."""
+    cut = {name[len("eval: "):]: loaded for name, loaded in run.trajectories.items()
+           if name[len("eval: "):] in policies and loaded.ok and loaded.total is not None
+           and loaded.total > len(loaded.data)}
+    if not cut:
+        return ""
+    shown = ", ".join(f"{esc(p)} {len(f.data)} of {f.total}" for p, f in sorted(cut.items()))
+    return (f"<p><b>Partial:</b> the report reads at most the first {max(len(f.data) for f in cut.values())} "
+            f"episodes of a file, so this table covers only part of these policies' held-out episodes ({shown}); "
+            "the results table above has them all.</p>")
+
+
 def _count(successes: int, n: int) -> Raw:
     rate = successes / n if n else 0.0
     return Raw(f'<span class="num">{successes}</span> <span class="muted">({rate:.2f})</span>')
@@ -72,7 +85,7 @@ def combinations_section(run: RunData) -> str:
     head = ("<p>Held-out episodes grouped by the capabilities their task needs (the env's ground truth), "
             "successes per policy on the same seeds. <i>best choice</i>: the episode counts when the base or any "
             "single adapter solved it.</p>")
-    return section(SID, TITLE, head + _summary(t, composed, adapters)
+    return section(SID, TITLE, head + _scan_note(run, t.policies) + _summary(t, composed, adapters)
                    + table(["tasks needing", "n"] + t.policies + ["best choice"], rows, "eval"),
                    "Where a composition can win: one adapter fixes one capability, so tasks that need several "
                    "are won only by switching adapters inside the episode.")

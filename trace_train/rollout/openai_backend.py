@@ -23,6 +23,7 @@ Log-probs: vLLM reports those of the raw model distribution by default; the ``hf
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -59,19 +60,34 @@ class Completion:
     prompt_ids: list[int] | None = None
 
 
+LOGPROB_TOLERANCE = 1e-3  # a sampler log-prob may read a hair above 0 from float rounding, never more
+
+
+def _is_token_id(value: Any) -> bool:
+    return type(value) is int and value >= 0  # bool is an int subclass, and no JSON token id is negative
+
+
+def _is_logprob(value: Any) -> bool:
+    return (type(value) in (int, float) and math.isfinite(value) and value <= LOGPROB_TOLERANCE)
+
+
 def parse_completion(payload: Any) -> Completion:
-    """The first choice of a ``/v1/completions`` answer; ``BadResponseError`` if ids/log-probs are missing."""
-    if not isinstance(payload, dict) or not payload.get("choices"):
+    """The first choice of a ``/v1/completions`` answer; ``BadResponseError`` if ids/log-probs are missing or
+    impossible (a negative or non-integer id, a log-prob that is not a finite number <= 0)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
         raise BadResponseError("no choices in the completion response")
     choice = payload["choices"][0]
+    if not isinstance(choice, dict):
+        raise BadResponseError(f"the completion's first choice is a {type(choice).__name__}, not an object")
     ids = choice.get("token_ids")
-    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-        raise BadResponseError("the completion has no token_ids: the server must support "
-                               "'return_token_ids' (vLLM >= 0.10.2)")
-    lps = (choice.get("logprobs") or {}).get("token_logprobs")
-    if not isinstance(lps, list) or len(lps) != len(ids) or any(not isinstance(x, (int, float)) for x in lps):
-        raise BadResponseError(f"the completion's logprobs.token_logprobs does not give one number per token "
-                               f"({len(ids)} token ids)")
+    if not isinstance(ids, list) or not all(_is_token_id(t) for t in ids):
+        raise BadResponseError("the completion has no token_ids (a list of non-negative integers): the server must "
+                               "support 'return_token_ids' (vLLM >= 0.10.2)")
+    logprobs = choice.get("logprobs")
+    lps = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    if not isinstance(lps, list) or len(lps) != len(ids) or not all(_is_logprob(x) for x in lps):
+        raise BadResponseError(f"the completion's logprobs.token_logprobs does not give one finite log-prob <= 0 "
+                               f"per token ({len(ids)} token ids)")
     prompt = choice.get("prompt_token_ids")
     return Completion(list(ids), [float(x) for x in lps], choice.get("finish_reason"),
                       list(prompt) if isinstance(prompt, list) else None)

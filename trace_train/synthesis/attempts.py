@@ -16,7 +16,7 @@ from typing import Any
 
 from trace_envs.records import write_json_atomic
 from trace_envs.synthesis import SelectedCapability
-from trace_train.analysis.llm_client import ChatClient, LLMError
+from trace_train.analysis.llm_client import ChatClient, InvalidAnswer, LLMError
 from trace_train.synthesis.prompt import prompt_hash
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,11 @@ def run_attempts(cap: SelectedCapability, max_attempts: int, client: ChatClient,
     for index in range(1, max_attempts + 1):
         start = time.monotonic()
         attempt = Attempt(index, prompt_hash(messages), client.model, client.endpoint, "", None, "llm")
+        rejected: ValueError | None = None
         try:
             attempt.response = client.complete(messages, seed=index)
+        except InvalidAnswer as exc:  # e.g. an empty answer: an attempt that failed at extraction, not the end
+            attempt.response, rejected = exc.content or "", exc
         except LLMError as exc:
             attempt.report = {"error": str(exc)}
             result.attempts.append(attempt)
@@ -88,6 +91,8 @@ def run_attempts(cap: SelectedCapability, max_attempts: int, client: ChatClient,
             logger.error("%s, %s: %s", steps.label, cap.name, result.reason)
             return result
         try:
+            if rejected is not None:
+                raise rejected
             artefact = steps.extract(attempt.response)
         except ValueError as exc:
             attempt.stage, attempt.report = "extract", {"failures": [str(exc)]}

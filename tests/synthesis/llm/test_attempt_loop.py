@@ -57,3 +57,16 @@ def test_unextractable_answers_run_the_budget_out(tmp_path):
     for index in (1, 2):
         assert (tmp_path / "llm_attempts" / CAP.name / f"attempt_{index}.json").exists()
     assert result.entry is None and not (tmp_path / "manifest.json").exists()
+
+
+def test_an_empty_answer_is_a_failed_attempt_not_the_end(tmp_path):
+    from trace_train.synthesis.swe_generator import synthesize_swe
+
+    with FakeLLM(["", "I would rather not."]) as fake:
+        (result,) = synthesize_swe([CAP], swe_config(fake.base_url, max_attempts=2), tmp_path, source="test")
+        requests = fake.requests
+    assert [a.stage for a in result.attempts] == ["extract", "extract"] and len(requests) == 2
+    first = json.loads((tmp_path / "llm_attempts" / CAP.name / "attempt_1.json").read_text())
+    assert "empty answer" in first["report"]["failures"][0]
+    assert requests[1]["messages"][-1]["content"].startswith("Your answer was rejected: ")
+    assert result.reason.endswith("the answer holds no fenced ```json block")
