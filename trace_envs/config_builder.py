@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -155,6 +156,8 @@ def _scalar(tp: Any, value: Any, path: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN passes every "x <= 0" check and fails deep inside a run
+                raise ConfigError(f"{path}: expected a finite number, got {value!r}")
             return float(value)
     elif tp is str:
         if isinstance(value, str):

@@ -91,6 +91,7 @@ def test_an_instance_passes_through_unchanged():
     ({"pair": ["z"]}, "top.pair: expected 2 items, got 1"),
     ({"inner": {"names": "q"}}, "top.inner.names: expected a list, got 'q' (str)"),  # a string is not a list
     ({"weights": {"a": "heavy"}}, "top.weights.a: expected float, got 'heavy' (str)"),
+    ({"weights": {"a": float("nan")}}, "top.weights.a: expected a finite number, got nan"),
     ({"weights": [1]}, "top.weights: expected a mapping, got [1] (list)"),
     ({"groups": {"g": [3]}}, "top.groups.g[0]: expected a mapping, got 3 (int)"),
     ({"inner": 5}, "top.inner: expected a mapping of Inner fields, got 5 (int)"),

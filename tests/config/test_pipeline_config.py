@@ -68,6 +68,17 @@ def test_moe_group_is_the_pipelines_compose_config():
     ("+synthesis.llm.validation.n_seed=3", "synthesis.llm.validation.n_seed: unknown key (did you mean 'n_seeds'?)"),
     ("bootstrap.knobs.precondition=yes", "bootstrap.knobs.precondition: expected float, got 'yes' (str)"),
     ("pipeline.force=[trian]", "pipeline.force: unknown stage 'trian'"),
+    # values that used to pass and fail deep inside a run (NaN passes every "x <= 0" check)
+    ("grpo.lr=nan", "grpo.lr: expected a finite number, got nan"),
+    ("moe.train.lr=inf", "moe.train.lr: expected a finite number, got inf"),
+    ("grpo.top_p=0", "top_p must be in (0, 1], got 0.0"),
+    ("grpo.weight_decay=-1", "weight_decay must be >= 0, got -1.0"),
+    ("grpo.lora.dropout=1.5", "lora needs dropout in [0, 1), alpha > 0 and target modules"),
+    ("pipeline.eval.split=bogus", "pipeline.eval.split: unknown split 'bogus'"),
+    ("pipeline.rollouts.offset=999999", "seeds from 999999 do not fit the 'train' split"),
+    ("pipeline.policy.temperature=0", "temperature must be > 0, got 0.0"),  # grpo.temperature follows it
+    ("+synthesis.policy.knobs.precondtion=0.9", "unknown expert knob(s) ['precondtion']"),
+    ("synthesis.gate.reward_min=0.9", "synthesis.gate.reward_min (0.9) > synthesis.gate.reward_max (0.6)"),
 ])
 def test_bad_keys_fail_with_their_path(override, message):
     with pytest.raises(ValueError) as info:

@@ -24,6 +24,8 @@ def test_sampling_matches_the_distribution_and_logprobs():
 def test_top_p_and_greedy():
     logits = torch.tensor([[3.0, 2.9, -5.0, -5.0]])
     gen = make_generator(2)
+    # the most likely token always stays: top_p = 0 picked the least likely one before
+    assert {int(sample_tokens(logits, SamplingParams(top_p=0.0), [gen])[0]) for _ in range(20)} == {0}
     draws = {int(sample_tokens(logits, SamplingParams(top_p=0.5), [gen])[0]) for _ in range(200)}
     assert draws == {0, 1} or draws == {0}
     assert 2 not in draws and 3 not in draws

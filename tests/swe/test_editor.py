@@ -51,3 +51,20 @@ def test_str_replace_needs_unique_match(editor):
         editor("view", "../../etc/passwd")
     with pytest.raises(ToolError, match="unknown command"):
         editor("delete", "stats/summary.py")
+
+
+def test_edits_keep_crlf_and_refuse_files_that_are_not_utf8(editor):
+    root = editor.backend._ws().root
+    (root / "crlf.txt").write_bytes(b"a = 1\r\nb = 1\r\n")
+    editor("str_replace", "crlf.txt", old_str="b = 1", new_str="b = 2")
+    assert (root / "crlf.txt").read_bytes() == b"a = 1\r\nb = 2\r\n"
+    editor("undo_edit", "crlf.txt")
+    assert (root / "crlf.txt").read_bytes() == b"a = 1\r\nb = 1\r\n"
+    latin = b'x = "caf\xe9"\nb = 1\n'
+    (root / "latin1.py").write_bytes(latin)
+    assert "caf\ufffd" in editor("view", "latin1.py")  # shown, with the undecodable byte replaced
+    with pytest.raises(ToolError, match="is not UTF-8 text"):
+        editor("str_replace", "latin1.py", old_str="b = 1", new_str="b = 2")
+    assert (root / "latin1.py").read_bytes() == latin
+    with pytest.raises(ToolError, match="outside the repository"):
+        editor("create", "/tmp/notes.txt", file_text="x")

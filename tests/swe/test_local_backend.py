@@ -109,6 +109,10 @@ def test_repo_relative_refuses_escapes():
     assert repo_relative("./pkg//a.py") == "pkg/a.py"
     with pytest.raises(ValueError):
         repo_relative("../etc/passwd")
+    assert repo_relative("/testbed") == ""
+    for outside in ("/tmp/notes.txt", "/testbed2/x.py", "/etc/passwd"):  # were mapped into the repo (tmp/, 2/, etc/)
+        with pytest.raises(ValueError, match="outside the repository"):
+            repo_relative(outside)
 
 
 def test_env_episode_end_to_end_and_cleanup(task_repo):

@@ -35,10 +35,11 @@ def repo_relative(path: str) -> str:
     p = path.strip()
     if not p:
         raise ValueError("empty path")
-    for prefix in ("/testbed/", "/testbed"):
-        if p.startswith(prefix):
-            p = p[len(prefix):]
-            break
+    if p.startswith("/"):
+        if p != "/testbed" and not p.startswith("/testbed/"):  # /tmp/x or /testbed2/x is not a repo path
+            raise ValueError(f"path {path!r} is outside the repository (/testbed); give a path under /testbed or "
+                             "relative to it")
+        p = p[len("/testbed"):]
     parts = [s for s in PurePosixPath(p.lstrip("/")).parts if s not in ("", ".")]
     if ".." in parts:
         raise ValueError(f"path {path!r} leaves the repository")
@@ -114,12 +115,19 @@ class LocalBackend:
         return target
 
     def read_file(self, rel: str) -> str:
-        return self._regular(rel).read_text(encoding="utf-8", errors="replace")
+        # bytes, not read_text: universal newlines would turn every CRLF into LF on the next write
+        return self._regular(rel).read_bytes().decode("utf-8", errors="replace")
 
     def write_file(self, rel: str, text: str) -> None:
         target = self._regular(rel)
+        if target.exists():
+            try:
+                target.read_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{rel} is not UTF-8 text: the editor would replace its other bytes; edit it with "
+                                 "bash instead") from None
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        target.write_bytes(text.encode("utf-8"))
 
     def exists(self, rel: str) -> bool:
         return self._abs(rel).exists()

@@ -23,6 +23,12 @@ class CalibrationGate:
     max_all_zero: float = 0.2
     max_constant: float = 0.5
 
+    def __post_init__(self) -> None:
+        for low, high in (("reward_min", "reward_max"), ("success_min", "success_max")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"synthesis.gate.{low} ({getattr(self, low)}) > synthesis.gate.{high} "
+                                 f"({getattr(self, high)}): no env could pass the gate")
+
 
 POLICY_KINDS = ("scripted", "model")
 
@@ -43,8 +49,18 @@ class PolicyConfig:
     hint_uptake: float = 0.0  # scripted expert: chance it follows a hint (its knob for the env's capability x (1 - u))
 
     def __post_init__(self) -> None:
+        from trace_envs.families.experts import KNOBS
+
         if self.kind not in POLICY_KINDS:
             raise ValueError(f"synthesis.policy.kind must be one of {POLICY_KINDS}, got {self.kind!r}")
+        unknown = sorted(set(self.knobs) - set(KNOBS))
+        if unknown:
+            raise ValueError(f"synthesis.policy.knobs: unknown expert knob(s) {unknown}; choose from {list(KNOBS)}")
+        for name, value in self.knobs.items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"synthesis.policy.knobs.{name} must be in [0, 1], got {value}")
+        if self.temperature <= 0:
+            raise ValueError(f"synthesis.policy.temperature must be > 0, got {self.temperature}")
         if not 0.0 <= self.hint_uptake <= 1.0:
             raise ValueError(f"synthesis.policy.hint_uptake must be in [0, 1], got {self.hint_uptake}")
 

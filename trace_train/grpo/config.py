@@ -117,6 +117,13 @@ class GRPOConfig:
             errors.append("kl_beta and format_penalty must be >= 0 and lr > 0")
         if self.temperature <= 0:
             errors.append(f"temperature must be > 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            errors.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.weight_decay < 0:
+            errors.append(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0.0 <= self.lora.dropout < 1.0 or self.lora.alpha <= 0 or not self.lora.target_modules:
+            errors.append(f"lora needs dropout in [0, 1), alpha > 0 and target modules, got dropout "
+                          f"{self.lora.dropout}, alpha {self.lora.alpha}, target_modules {self.lora.target_modules}")
         if not 0.0 <= self.hint_fraction <= 1.0:
             errors.append(f"hint_fraction must be in [0, 1], got {self.hint_fraction}")
         if self.lora.r < 1:

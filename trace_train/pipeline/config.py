@@ -186,7 +186,24 @@ class PipelineConfig:
             raise ValueError(f"pipeline.workers must be >= 1, got {self.workers}")
         if self.train.max_capabilities < 1:
             raise ValueError(f"pipeline.train.max_capabilities must be >= 1, got {self.train.max_capabilities}")
+        self._validate_splits()
+        if self.policy.temperature <= 0:
+            raise ValueError(f"pipeline.policy.temperature must be > 0, got {self.policy.temperature} (greedy "
+                             "decoding is pipeline.eval.greedy)")
         self._validate_replication()
+
+    def _validate_splits(self) -> None:
+        """Every split the stages play exists and holds their seeds (a bad one failed after every adapter trained)."""
+        from trace_envs.splits import SPLITS
+
+        r, e = self.rollouts, self.eval
+        for key, split, first, count in (("rollouts", r.split, r.offset, r.episodes),
+                                         ("eval", e.split, 0, max(e.episodes, e.curve_episodes))):
+            if split not in SPLITS:
+                raise ValueError(f"pipeline.{key}.split: unknown split {split!r}; choose one of {sorted(SPLITS)}")
+            if first + count > len(SPLITS[split]):
+                raise ValueError(f"pipeline.{key}: {count} seeds from {first} do not fit the {split!r} split "
+                                 f"({len(SPLITS[split])} seeds)")
 
     def _validate_baseline_grpo(self) -> None:
         for name, override in self.baseline_grpo.items():

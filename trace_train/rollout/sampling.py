@@ -54,7 +54,8 @@ def sample_tokens(
     if sampling.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
         cum = sorted_probs.cumsum(-1)
-        keep = (cum - sorted_probs) < sampling.top_p  # always keeps the most likely token
+        keep = (cum - sorted_probs) < sampling.top_p
+        keep[..., 0] = True  # the most likely token always stays (top_p = 0 would otherwise keep none)
         sorted_probs = sorted_probs * keep
         cdf = sorted_probs.cumsum(-1)
         idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp(max=cdf.shape[-1] - 1)
