@@ -30,9 +30,9 @@ def named_policies(overrides: list[str]) -> set[str]:
     return names
 
 
-def _checked(cfg: DictConfig, named: set[str] | None = None) -> tuple[dict[str, int], list[str], dict]:
+def _checked(cfg: DictConfig, named: set[str]) -> tuple[dict[str, int], list[str], dict]:
     """The checked counts, envs and policies; ``named``: the policies the command line set (with
-    ``run_policies``, only those replace the run's own models of the same name; None: every configured one)."""
+    ``run_policies``, only those replace the run's own models of the same name)."""
     from trace_envs.env_refs import register_run_dir
     from trace_train.commands._env_refs import resolve_cfg_envs
     from trace_train.commands.eval import policies_from_config
@@ -55,7 +55,7 @@ def _checked(cfg: DictConfig, named: set[str] | None = None) -> tuple[dict[str, 
 
         found = run_policies(to_absolute_path(str(cfg.run_dir)), greedy=bool(cfg.run_greedy))
         # a policy given by name on the command line wins; the config's default base does not replace the run's
-        given = {name: spec for name, spec in policies.items() if named is None or name in named or name not in found}
+        given = {name: spec for name, spec in policies.items() if name in named or name not in found}
         policies = {**found, **given}
     if not policies:
         raise ValueError("no policy to bench; set policies.<name>={kind: ..., ...}")
