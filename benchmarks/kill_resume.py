@@ -36,7 +36,7 @@ def _rows(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").split("\n"):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:  # a line cut by the kill

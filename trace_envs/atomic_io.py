@@ -98,20 +98,30 @@ def make_temp_dir(parent: str | os.PathLike, prefix: str) -> Path:
 
 
 def publish_dir(final: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Write a folder atomically: ``write(tmp)`` fills a temp folder beside ``final``, which then replaces
-    ``final`` in one rename (an existing ``final`` is removed first); on any error the temp folder is removed
-    and ``final`` is left as it was."""
+    """Write a folder atomically: ``write(tmp)`` fills a temp folder beside ``final``, which then takes
+    ``final``'s place by renames only. An existing ``final`` is first renamed aside (``.<name>.previous``) and
+    removed once the new folder is in place, so a kill at any point leaves the old folder or the new one whole
+    (a kill between the two renames leaves the old one at ``.<name>.previous``); on an error the temp folder is
+    removed and ``final`` is left as it was."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    previous = final.parent / f".{final.name}.previous"
     tmp = make_temp_dir(final.parent, f".{final.name}.")
+    moved_aside = False
     try:
         write(tmp)
         if final.exists():
-            shutil.rmtree(final)
+            if previous.exists():  # left by a run killed after its own move aside
+                shutil.rmtree(previous)
+            os.replace(final, previous)
+            moved_aside = True
         os.replace(tmp, final)
     except BaseException:
+        if moved_aside and not final.exists():
+            os.replace(previous, final)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    shutil.rmtree(previous, ignore_errors=True)
     return final
 
 

@@ -323,6 +323,16 @@ def append_jsonl(path: str | os.PathLike, row: dict[str, Any]) -> None:
         fh.flush()
 
 
+def split_jsonl_lines(text: str) -> list[str]:
+    """The lines of JSONL ``text``, split at ``\n`` only: ``str.splitlines`` also breaks at U+2028, U+2029,
+    U+0085 and other separators, which :func:`dumps_line` leaves raw inside JSON strings (model text and tool
+    output can hold them)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return lines
+
+
 @dataclass
 class ReadReport:
     rows: int = 0
@@ -335,7 +345,7 @@ def iter_jsonl_numbered(path: str | os.PathLike, report: ReadReport | None = Non
     mid-append) is reported and skipped; any other broken line raises ``ValueError`` naming file and line."""
     report = report if report is not None else ReadReport()
     text = Path(path).read_text(encoding="utf-8")
-    lines = text.splitlines()
+    lines = split_jsonl_lines(text)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

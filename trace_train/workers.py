@@ -114,6 +114,10 @@ def _run_forked(jobs: list[Job], workers: int) -> dict[str, Any]:
                     done.process.join()
                     raise JobFailed(f"job {done.job.key!r}: its worker exited with code {done.process.exitcode} "
                                     "before returning a result") from None
+                except Exception as exc:  # the result came but cannot be rebuilt here (e.g. a class only it has)
+                    done.process.join()
+                    raise JobFailed(f"job {done.job.key!r}: its result could not be received: "
+                                    f"{type(exc).__name__}: {exc}") from exc
                 finally:
                     conn.close()
                 done.process.join()

@@ -130,14 +130,22 @@ def test_lone_surrogate_is_replaced_reported_and_writable(env, form, tmp_path):
     assert read_trajectories(path)[0].messages == transcript
 
 
-@pytest.mark.parametrize("env_id", [pytest.param("trace/tau2-airline-v0", marks=TAU2),
-                                    pytest.param("trace/tau2-retail-v0", marks=TAU2)])
-def test_tau2_calculate_refuses_exponents(env_id):
+TAU2_DOMAIN_ENVS = [pytest.param(env_id, kwargs, marks=TAU2) for env_id, kwargs in [
+    ("trace/tau2-airline-v0", {}), ("trace/tau2-retail-v0", {}),
+    # the capability families on τ² domains run the same tau2 tools
+    ("trace/structured_data_reasoning-v0", {"domain": "tau2-retail"}),
+    ("trace/precondition_verification-v0", {"domain": "tau2-airline"}),
+    ("trace/multi_step_task_completion-v0", {"domain": "tau2-retail"}),
+    ("trace/tool_calling_precision-v0", {"domain": "tau2-airline"})]]
+
+
+@pytest.mark.parametrize("env_id,kwargs", TAU2_DOMAIN_ENVS)
+def test_tau2_calculate_refuses_exponents(env_id, kwargs):
     """tau2's calculate ``eval``s: ``9**9**9`` would stall the step and the evaluator's replay for minutes.
     ``**`` is refused before the call enters the transcript; plain arithmetic still runs in tau2."""
-    env = gym.make(env_id)
+    env = gym.make(env_id, **kwargs)
     env.reset(seed=0)
-    obs, *_ = env.step('<tool_call>{"name": "calculate", "arguments": {"expression": "2**10"}}</tool_call>')
+    obs, *_ = env.step('<tool_call>{"name": "calculate", "arguments": {"expression": "9**9**9"}}</tool_call>')
     assert [m["name"] for m in obs] == ["invalid_tool_call"] and "no **" in obs[0]["content"]
     assert "tool_calls" not in env.unwrapped.transcript[-2]  # the evaluator never replays it
     obs, *_ = env.step('<tool_call>{"name": "calculate", "arguments": {"expression": "2 * (3 + 4)"}}</tool_call>')

@@ -90,6 +90,37 @@ def test_refusal_detector():
     assert is_refusal("Sorry, I cannot cancel order #W1: it is not your order.")
     assert is_refusal("I can't do that") and is_refusal("That order is not eligible for a return.")
     assert not is_refusal("Order #W1 is cancelled.") and not is_refusal("Please confirm: cancel order #W1?")
+    for phrasing in ("I will not cancel it", "I won't cancel it", "Cancelling it isn't allowed",
+                     "I'm not authorized to cancel it", "I have to decline", "I am not going to cancel it"):
+        assert is_refusal(phrasing), phrasing
+
+
+@pytest.mark.parametrize("refusal", ["I cannot cancel order {oid}: it belongs to another customer.",
+                                     "I will not cancel order {oid}: it belongs to another customer.",
+                                     "I won\u2019t cancel order {oid} because it belongs to another customer.",
+                                     "Sorry, I'm not authorized to cancel order {oid}; it belongs to another "
+                                     "customer."])
+def test_an_explained_refusal_scores_one_whatever_its_phrasing(refusal):
+    env = gym.make("trace/precondition_verification-v0")
+    oid = lambda t: t["intents"][0]["order_id"]  # noqa: E731
+    assert _play_actions(env, 5, lambda t: [refusal.format(oid=oid(t))], {"case": "ownership"})[0] == 1.0
+    # naming an order id that only starts like the refused one does not explain the refusal
+    assert _play_actions(env, 5, lambda t: [refusal.format(oid=oid(t) + "7")], {"case": "ownership"})[0] == 0.5
+
+
+def test_a_question_is_answered_by_the_value_not_by_a_prefix_of_it():
+    """The question case of structured reasoning: the stated total must be the right number (to the cent), in
+    any of its written forms; a longer number that starts with it is a wrong answer."""
+    env = gym.make("trace/structured_data_reasoning-v0")
+    _, info = env.reset(seed=3, options={"case": "question"})
+    answer = info["task"]["communicate"][0]
+    total = float(answer.lstrip("$"))
+    forms = {f"${total:g}": 1.0, f"${total:.2f}": 1.0, f"$ {total:,.2f}": 1.0, f"${total:g}9": 0.0,
+             f"${total + 1:g}": 0.0, f"{total:g}": 0.0}
+    for said, expected in forms.items():
+        reward, _ = _play_actions(env, 3, lambda t, said=said: [f"You paid {said} in total. ###STOP###"],
+                                  {"case": "question"})
+        assert reward == expected, (answer, said)
 
 
 def _play_actions(env, seed, actions, options=None):
@@ -337,7 +368,7 @@ def test_precision_request_kinds_draws_only_the_named_kinds():
     assert all(play(cancels, FamilyExpert(), seed)[1]["success"] for seed in range(30))  # still solvable
     assert np.mean([play(cancels, FamilyExpert({"precision": 1.0}), s)[0] for s in range(30)]) == 0.0
     for bad in ([], ["exchange"]):
-        with pytest.raises(ValueError, match="request_kinds must be a non-empty subset"):
+        with pytest.raises(ValueError, match="request_kinds"):
             gym.make("trace/tool_calling_precision-v0", request_kinds=bad).reset(seed=0)
 
 

@@ -161,3 +161,23 @@ def test_scripted_reset_error():
         [EpisodeRequest(env_id, seed=0), EpisodeRequest(env_id, seed=1)])
     assert [r.termination for r in records] == [ENV_ERROR, ENV_ERROR]
     assert records[0].info["env_error"]["stage"] == "reset" and records[0].messages == []
+
+
+def test_hf_a_request_that_cannot_start_closes_the_envs_made_before_it(model, tokenizer):
+    """A hint asked of an env without hints fails the rollout (a caller's error), but the envs already made and
+    reset for the requests before it are closed, not leaked (SWE envs hold sandboxes)."""
+    made, closed = [], []
+
+    class Tracked(FakeToolEnv):
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    def factory(env_id, **kwargs):
+        made.append(Tracked(**kwargs))
+        return made[-1]
+
+    requests = [*normal_requests()[:3], EpisodeRequest("fake/tool-v0", seed=9, env_kwargs={"turns": 2}, hint=True)]
+    with pytest.raises(ValueError, match="hint"):
+        HFRolloutBackend(model, tokenizer, env_factory=factory).rollout(requests, GREEDY)
+    assert len(made) == 4 and len(closed) == 4 and all(env in closed for env in made)

@@ -55,6 +55,19 @@ def test_generate_turn_hands_back_a_cache_that_continues_exactly(model, tokenize
         generate_turn(model, [prompts[0][:2]], [2], sampling, [make_generator(0)], set(), 0, caches=[first[0].cache])
 
 
+def test_rows_without_a_cache_in_a_length_bucket_of_their_own(model):
+    """``caches`` may mix ``RowCache`` and ``None`` (a row encoded whole); a long cache-less row lands in a bucket
+    with no cache at all, which is prefilled fresh and continues like the rest."""
+    sampling = SamplingParams(greedy=True, max_new_tokens=3)
+    first = generate_turn(model, [[5, 6, 7, 8]], [3], sampling, [make_generator(0)], set(), 0, caches=[None])
+    prompts = [[5, 6, 7, 8, *first[0].ids, 9], list(range(10, 340))]
+    assert len(hg._length_buckets([len(prompts[0]) - first[0].cache.length, len(prompts[1])])) == 2
+    cached = generate_turn(model, prompts, [3, 3], sampling, [make_generator(1)] * 2, set(), 0,
+                           caches=[first[0].cache, None])
+    fresh = generate_turn(model, prompts, [3, 3], sampling, [make_generator(1)] * 2, set(), 0)
+    assert [o.ids for o in cached] == [o.ids for o in fresh]
+
+
 def test_identical_prompts_are_encoded_once(model, monkeypatch):
     widths = []
     real = hg._prefill

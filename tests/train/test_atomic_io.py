@@ -61,3 +61,62 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
         write_text_atomic(path, "new \ud800")  # raw text (not JSON) that UTF-8 cannot encode
     assert path.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def _files(folder):
+    return {p.name: p.read_text() for p in folder.iterdir()}
+
+
+def test_publish_dir_replaces_a_folder_whole_and_a_kill_never_loses_both(tmp_path, monkeypatch):
+    """The old folder stays whole until the new one is in place: a kill while the old one is being removed (once
+    the new one is published) or between the renames leaves one of them complete."""
+    import os
+
+    import trace_envs.atomic_io as aio
+
+    final = tmp_path / "adapter"
+
+    def writer(tag):
+        def write(tmp):
+            for name in ("adapter_model.safetensors", "adapter_config.json"):
+                (tmp / name).write_text(f"{tag} {name}")
+        return write
+
+    aio.publish_dir(final, writer("v1"))
+    aio.publish_dir(final, writer("v2"))
+    assert _files(final) == {"adapter_model.safetensors": "v2 adapter_model.safetensors",
+                             "adapter_config.json": "v2 adapter_config.json"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]  # nothing left beside it
+
+    real_rmtree = aio.shutil.rmtree
+
+    def killed_rmtree(path, *args, **kwargs):  # dies half-way through removing a folder holding v2's files
+        path = type(final)(path)
+        if (path / "adapter_config.json").exists() and "v2" in (path / "adapter_config.json").read_text():
+            (path / "adapter_config.json").unlink()
+            raise KeyboardInterrupt("killed mid-rmtree")
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(aio.shutil, "rmtree", killed_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        aio.publish_dir(final, writer("v3"))
+    assert _files(final)["adapter_config.json"] == "v3 adapter_config.json"  # the new one is whole
+    monkeypatch.setattr(aio.shutil, "rmtree", real_rmtree)
+
+    real_replace = os.replace
+    interrupted = []
+
+    def killed_second_rename(src, dst):  # interrupted once, as the new folder is renamed in
+        if type(final)(dst) == final and not interrupted:
+            interrupted.append(dst)
+            raise KeyboardInterrupt("killed between the renames")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(aio.os, "replace", killed_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        aio.publish_dir(final, writer("v4"))
+    monkeypatch.setattr(aio.os, "replace", real_replace)
+    assert _files(final)["adapter_config.json"] == "v3 adapter_config.json"  # put back: the old one whole
+    aio.publish_dir(final, writer("v5"))  # the next publish clears what the killed ones left
+    assert _files(final)["adapter_config.json"] == "v5 adapter_config.json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]

@@ -92,3 +92,33 @@ def test_append_after_a_crash_mid_append_keeps_the_file_readable(tmp_path):
     report = ReadReport()
     assert [r.seed for r in read_trajectories(path, report)] == [1, 3]
     assert not report.truncated_last_line and report.rows == 2
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x0b", "\x1c"])
+def test_line_separators_inside_text_keep_the_file_readable(tmp_path, separator):
+    """Model text and tool output can hold characters ``str.splitlines`` breaks at; written raw (non-ASCII stays
+    readable), they must not cut a record in two when read back, streamed, appended to or counted."""
+    from trace_train.trajectory import iter_jsonl
+
+    text = f"ok{separator}x"
+    record = _record(1)
+    record.messages.append({"role": "assistant", "content": text})
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [record, _record(2)])
+    append_jsonl(path, _record(3).to_dict())
+    assert path.read_text(encoding="utf-8").count("\n") == 3
+    back = read_trajectories(path)
+    assert [r.seed for r in back] == [1, 2, 3] and back[0].messages[-1]["content"] == text
+    assert [row["seed"] for row in iter_jsonl(path)] == [1, 2, 3]
+
+
+def test_swe_task_file_with_a_line_separator_in_a_problem_statement(tmp_path):
+    from trace_envs.swe.task import load_jsonl
+
+    rows = [{"instance_id": f"o__r-{i}", "repo": "o/r", "base_commit": "abc", "problem_statement": f"bug{sep}here",
+             "patch": "", "test_patch": "", "FAIL_TO_PASS": "[]", "PASS_TO_PASS": "[]", "version": "1"}
+            for i, sep in enumerate(["\u2028", "\x85"])]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tasks = load_jsonl(path)
+    assert [t.problem_statement for t in tasks] == ["bug\u2028here", "bug\x85here"]

@@ -66,6 +66,39 @@ def test_adapter_output_is_the_env_rollout_split_at_the_first_sampled_token():
     assert records_to_trl(direct) == out
 
 
+def test_an_episode_whose_env_fails_at_reset_keeps_the_batch_trainable():
+    """An env that raises at reset ends its episode with no tokens (``env_error``); TRL must still get integer
+    token lists of at least one token, the completion masked out."""
+    from trace_train.trajectory import TrajectoryRecord
+
+    model, tok = load_policy(shipped_checkpoint())
+    rollout = TraceEnvRollout("trace/retail-sim-v0", env_kwargs={"n_intents": 1}, max_new_tokens=8,
+                              backend_kwargs={**BACKEND, "env_factory": _reset_fails_on_seed(3)})
+    out = rollout(seed_prompts([3, 4]), _Trainer(model, tok))
+    assert rollout.last_records[0].termination == "env_error" and rollout.last_records[0].token_ids == []
+    assert out["prompt_ids"][0] == [tok.pad_token_id] and out["completion_ids"][0] == [tok.pad_token_id]
+    assert out["env_mask"][0] == [0] and out["logprobs"][0] == [0.0] and out["env_reward"][0] == 0.0
+    assert out["env_mask"][1][0] == 1  # the other episode is played as usual
+    for key in ("prompt_ids", "completion_ids"):  # what TRL pads: integer tensors, never empty
+        assert all(len(ids) >= 1 and torch.tensor(ids).dtype == torch.long for ids in out[key])
+    one = TrajectoryRecord(env_id="e", seed=1, messages=[], reward=0.0, success=False, termination="env_error",
+                           token_ids=[7], loss_mask=[0], logprobs=[0.0])
+    assert records_to_trl([one], filler_id=5)["prompt_ids"] == [[5]]
+    assert records_to_trl([one], filler_id=5)["completion_ids"] == [[7]]
+
+
+def _reset_fails_on_seed(bad_seed):
+    import gymnasium
+
+    class _Failing(gymnasium.Wrapper):
+        def reset(self, *, seed=None, options=None):
+            if seed == bad_seed:
+                raise RuntimeError("the env could not start")
+            return self.env.reset(seed=seed, options=options)
+
+    return lambda env_id, **kwargs: _Failing(gymnasium.make(env_id, **kwargs))
+
+
 def test_adapter_refuses_what_it_cannot_play():
     with pytest.raises(ValueError, match="names no env seed"):
         env_seed_from_prompt("hello")

@@ -75,6 +75,22 @@ def test_a_worker_that_dies_is_reported():
         run_jobs([Job("dies", lambda d: os._exit(7)), Job("fine", lambda d: 1)], workers=2)
 
 
+def _cannot_rebuild(name):
+    raise RuntimeError(f"cannot rebuild {name}")
+
+
+class _OnlyTheWorkerRebuilds:
+    """Pickles in the worker, fails to unpickle in the parent (as a class only the worker has would)."""
+
+    def __reduce__(self):
+        return (_cannot_rebuild, ("it",))
+
+
+def test_a_result_that_cannot_be_received_is_reported_with_its_job():
+    with pytest.raises(JobFailed, match="job 'evaluate/base': its result could not be received: RuntimeError"):
+        run_jobs([Job("evaluate/base", lambda d: _OnlyTheWorkerRebuilds()), Job("fine", lambda d: 1)], workers=2)
+
+
 def test_job_lists_are_checked():
     with pytest.raises(ValueError, match="job keys repeat: \\['a'\\]"):
         run_jobs([Job("a", lambda d: 1), Job("a", lambda d: 2)])

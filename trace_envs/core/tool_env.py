@@ -13,7 +13,7 @@ Protocol per ``step(action)``:
 * plain text goes to the user, whose reply is the observation; ``###STOP###`` from the user ends the
   episode (user stop), as does ``###STOP###`` in the assistant's text (agent stop) and a call to
   ``transfer_to_human_agents`` (transfer);
-* more than ``max_errors`` errors or ``max_steps`` assistant turns truncate the episode (reward 0).
+* ``max_errors`` errors or ``max_steps`` assistant turns truncate the episode (reward 0); both are at least 1.
 The reward is given once, when the episode terminates.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from trace_envs.core.kwarg_checks import integer
 from trace_envs.core.parsing import ParsedTurn, ToolCall, assistant_message, parse_action
 from trace_envs.core.spaces import MessageList, MessageText
 from trace_envs.core.tools import ToolBox
@@ -85,8 +86,8 @@ class ToolUseEnv(gym.Env, ABC):
     def __init__(self, max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        self.max_steps = max_steps
-        self.max_errors = max_errors
+        self.max_steps = integer("max_steps", max_steps, 1)
+        self.max_errors = integer("max_errors", max_errors, 1)
         self.render_mode = render_mode
         self.action_space = MessageText()
         self.observation_space = MessageList()

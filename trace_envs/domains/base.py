@@ -75,6 +75,11 @@ class Domain(ABC):
     def replay(self, db: dict[str, Any], actions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """Gold replay on a copy of ``db``."""
 
+    def refuse_call(self, name: str, arguments: dict[str, Any]) -> str | None:
+        """Why a well-formed call to one of this domain's tools is refused before it runs (an ``Error:``
+        observation, as a malformed call), or ``None``: every call runs (the default)."""
+        return None
+
     @abstractmethod
     def db_hash(self, db: dict[str, Any]) -> str:
         """End-state fingerprint."""

@@ -22,7 +22,14 @@ from trace_envs.core.scripted import ScriptedUserReplies
 from trace_envs.core.tools import ToolBox
 from trace_envs.domains.base import Domain, Request
 from trace_envs.domains.errors import DrawFailed
-from trace_envs.tau2.runtime import _DB_MODULES, CopyOnAccessDict, clone, fresh_db, require_tau2
+from trace_envs.tau2.runtime import (
+    _DB_MODULES,
+    CopyOnAccessDict,
+    clone,
+    fresh_db,
+    refuse_tau2_call,
+    require_tau2,
+)
 
 OWNERSHIP_WORDS = ("not your", "another", "belong", "someone else", "other customer", "other user", "not yours")
 AUTH_WORDS = ("verify", "identity", "authenticat")
@@ -163,6 +170,9 @@ class Tau2FamilyDomain(Domain):
     def require_gold(self, world: Tau2FamilyWorld, actions: list[tuple[str, dict[str, Any]]]) -> None:
         if not self.gold_ok(world.db, actions):
             raise DrawFailed(f"tau2 rejects the gold actions {actions}")
+
+    def refuse_call(self, name: str, arguments: dict[str, Any]) -> str | None:
+        return refuse_tau2_call(name, arguments)
 
     def db_hash(self, db: Any) -> str:
         """tau2's own DB hash (``Environment.get_db_hash``)."""

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_envs.core.communication import mentions
+from trace_envs.core.parsing import ToolCall
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.domains import Domain, Request, get_domain
 from trace_envs.domains.errors import DrawFailed
@@ -29,13 +31,9 @@ from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 MAX_DRAWS = 200
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
 _REFUSAL = re.compile(
-    r"\b(cannot|can't|can ?not|unable|not able|won't be able|refuse|refusing|not allowed|not permitted|"
-    r"not eligible|ineligible|not possible)\b", re.IGNORECASE)
-
-
-def assistant_texts(transcript: list[dict[str, Any]]) -> list[str]:
-    texts = (m.get("content") or "" for m in transcript if m.get("role") == "assistant")
-    return [t for t in texts if t.strip()]
+    r"\b(cannot|can't|can ?not|unable|not able|will not|won't|refuse|refusing|decline|not allowed|not permitted|"
+    r"not eligible|ineligible|not possible|not authori[sz]ed|unauthori[sz]ed|isn't (?:allowed|permitted|eligible|"
+    r"possible)|am not going to|not going to be able)\b", re.IGNORECASE)
 
 
 def is_refusal(text: str) -> bool:
@@ -46,13 +44,7 @@ def is_refusal(text: str) -> bool:
 def refusal_explained(text: str, request: Request) -> bool:
     """A refusal is explained when it names the entity and one of the request's reason words."""
     low = text.lower()
-    return request.entity_id.lower() in low and any(w.lower() in low for w in request.reason_words)
-
-
-def communicated(transcript: list[dict[str, Any]], required: list[str]) -> bool:
-    """τ² COMMUNICATE rule: each string appears (case-insensitive, commas removed) in assistant text."""
-    texts = [t.lower().replace(",", "") for t in assistant_texts(transcript)]
-    return all(any(s.lower().replace(",", "") in t for t in texts) for s in required)
+    return mentions(text, request.entity_id) and any(w.lower() in low for w in request.reason_words)
 
 
 @dataclass
@@ -135,6 +127,9 @@ class FamilyEnv(ToolUseEnv):
         self.domain_name = domain
         self.domain = get_domain(domain)
         self._hinted = False
+
+    def check_call(self, call: ToolCall) -> str | None:
+        return self.domain.refuse_call(call.name, call.arguments)
 
     @abstractmethod
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_envs.core.kwarg_checks import integer, number
 from trace_envs.core.tool_env import Score
 from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask
 
@@ -34,12 +35,9 @@ class MultiStepTaskCompletionEnv(FamilyEnv):
     def __init__(self, domain: str = "retail-sim", min_ops: int = 2, max_ops: int = 3, max_steps: int = 40,
                  max_errors: int = 5, completion_weight: float = 0.0, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
-        if not 2 <= min_ops <= max_ops <= MAX_OPS:
-            raise ValueError(f"need 2 <= min_ops <= max_ops <= {MAX_OPS}, got {min_ops}, {max_ops}")
-        if not 0.0 <= completion_weight <= 1.0:
-            raise ValueError(f"completion_weight must be in [0, 1], got {completion_weight}")
-        self.min_ops, self.max_ops = int(min_ops), int(max_ops)
-        self.completion_weight = float(completion_weight)
+        self.min_ops = integer("min_ops", min_ops, 2, MAX_OPS)
+        self.max_ops = integer("max_ops", max_ops, self.min_ops, MAX_OPS)
+        self.completion_weight = number("completion_weight", completion_weight)
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:
         n_ops = int(rng.integers(self.min_ops, self.max_ops + 1))

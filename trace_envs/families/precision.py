@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from trace_envs.core.communication import communicated
+from trace_envs.core.kwarg_checks import choices, number
 from trace_envs.core.tool_env import Score
-from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, communicated
+from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask
 
 PREFILL_ASK = "Thank you, I have your account and order details. Shall I go ahead?"
 
@@ -44,23 +46,15 @@ class ToolCallingPrecisionEnv(FamilyEnv):
                  request_kinds: list[str] | tuple[str, ...] | None = None, contrast_fraction: float = 0.0,
                  max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
-        if not 0.0 <= perturb_prob <= 1.0:
-            raise ValueError(f"perturb_prob must be in [0, 1], got {perturb_prob}")
-        if not 0.0 <= contrast_fraction <= 1.0:
-            raise ValueError(f"contrast_fraction must be in [0, 1], got {contrast_fraction}")
+        self.perturb_prob = number("perturb_prob", perturb_prob)
+        self.contrast_fraction = number("contrast_fraction", contrast_fraction)
         if not isinstance(prefill_ask, bool):
             raise ValueError(f"prefill_ask must be a bool, got {prefill_ask!r}")
-        self.perturb_prob = float(perturb_prob)
         self.prefill_ask = prefill_ask
         known = self.domain.kinds("exact")
-        if request_kinds is not None:
-            request_kinds = tuple(str(k) for k in request_kinds)
-            unknown = sorted(set(request_kinds) - set(known))
-            if not request_kinds or unknown:
-                raise ValueError(f"request_kinds must be a non-empty subset of {list(known)}, "
-                                 f"got {list(request_kinds)}")
+        chosen = choices("request_kinds", request_kinds, known)
+        request_kinds = None if chosen is None else tuple(chosen)
         self.request_kinds = request_kinds
-        self.contrast_fraction = float(contrast_fraction)
         if self.contrast_fraction > 0 and not set(request_kinds or known) & set(self.domain.kinds("plain")):
             raise ValueError(f"contrast_fraction: none of the request kinds {list(request_kinds or known)} has a "
                              f"default-valued form on {domain} (its plain kinds: {list(self.domain.kinds('plain'))})")

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from trace_envs.core.communication import assistant_texts, communicated
+from trace_envs.core.kwarg_checks import number
 from trace_envs.core.tool_env import Score
 from trace_envs.families.base import (
     FamilyEnv,
     FamilyEpisode,
     FamilyTask,
-    assistant_texts,
-    communicated,
     is_refusal,
     refusal_explained,
 )
@@ -41,14 +41,10 @@ class PreconditionVerificationEnv(FamilyEnv):
     def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5, unenforced_share: float = 0.7,
                  act_credit: float = 0.0, max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
-        for name, value in (("refuse_fraction", refuse_fraction), ("unenforced_share", unenforced_share)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
-        if not 0.0 <= act_credit < 0.5:
-            raise ValueError(f"act_credit must be in [0, 0.5) (below a bare refusal's 0.5), got {act_credit}")
-        self.refuse_fraction = refuse_fraction
-        self.unenforced_share = unenforced_share
-        self.act_credit = act_credit
+        self.refuse_fraction = number("refuse_fraction", refuse_fraction)
+        self.unenforced_share = number("unenforced_share", unenforced_share)
+        # below a bare refusal's 0.5
+        self.act_credit = number("act_credit", act_credit, 0.0, 0.5, high_open=True)
         refusals = [c for c in self.domain.guard_cases if c != "allow"]
         self._unenforced = [c for c in refusals if c not in ENFORCED_CASES]
         self._enforced = [c for c in refusals if c in ENFORCED_CASES]

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from trace_envs.core.communication import communicated
+from trace_envs.core.kwarg_checks import integer, number
 from trace_envs.core.tool_env import Score
-from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, communicated
+from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask
 
 
 class StructuredDataReasoningEnv(FamilyEnv):
@@ -33,12 +35,13 @@ class StructuredDataReasoningEnv(FamilyEnv):
         if selection_style not in self.domain.selection_styles:
             raise ValueError(f"selection_style must be one of {self.domain.selection_styles} on domain "
                              f"{self.domain.name!r}, got {selection_style!r}")
-        if not 2 <= n_constraints <= 4:
-            raise ValueError(f"n_constraints must be in [2, 4], got {n_constraints}")
-        if not 0 <= n_distractors <= 4 or not 2 <= n_records <= 8 or not 0.0 <= question_fraction <= 1.0:
-            raise ValueError("need 0 <= n_distractors <= 4, 2 <= n_records <= 8, 0 <= question_fraction <= 1")
-        self.n_constraints, self.n_distractors = int(n_constraints), int(n_distractors)
-        self.n_records, self.question_fraction = int(n_records), float(question_fraction)
+        self.n_constraints = integer("n_constraints", n_constraints, 2, 4)
+        self.n_distractors = integer("n_distractors", n_distractors, 0, 4)
+        self.n_records = integer("n_records", n_records, 2, 8)
+        self.question_fraction = number("question_fraction", question_fraction)
+        if selection_style == "price_bound" and self.n_constraints != 2:
+            raise ValueError(f"price_bound selections have 2 constraints (colour, price bound); got "
+                             f"n_constraints={self.n_constraints}")
         self.selection_style = selection_style
 
     def build_task(self, world: Any, rng: np.random.Generator, options: dict[str, Any] | None) -> FamilyTask:

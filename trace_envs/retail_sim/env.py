@@ -15,23 +15,19 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from trace_envs.core.communication import communicated
+from trace_envs.core.kwarg_checks import choices, integer
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tree_copy import copy_tree
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 from trace_envs.retail_sim.policy import POLICY
-from trace_envs.retail_sim.scenario import Scenario, check_gift_card_rate, generate_scenario
+from trace_envs.retail_sim.scenario import INTENT_KINDS, Scenario, check_gift_card_rate, generate_scenario
 from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
 from trace_envs.retail_sim.user import ScriptedUser
 
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
 _ID_KEYS = ("user_id", "order_id", "product_id", "item_id", "payment_method_id", "email")
 _ID_LIST_KEYS = ("item_ids", "new_item_ids")
-
-
-def communicated(transcript: list[dict[str, Any]], required: list[str]) -> bool:
-    """τ² COMMUNICATE rule: each string appears (case-insensitive) in some assistant text, commas removed."""
-    texts = [(m.get("content") or "").lower().replace(",", "") for m in transcript if m.get("role") == "assistant"]
-    return all(any(s.lower() in t for t in texts if t.strip()) for s in required)
 
 
 class IdLedger:
@@ -139,8 +135,8 @@ class RetailSimEnv(ToolUseEnv):
                  kinds: list[str] | None = None, gift_card_rate: float = 0.5, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         check_gift_card_rate(gift_card_rate)  # at construction, not at the first reset
-        self.n_intents = n_intents
-        self.kinds = kinds
+        self.n_intents = None if n_intents is None else integer("n_intents", n_intents, 1)
+        self.kinds = choices("kinds", kinds, INTENT_KINDS)
         self.gift_card_rate = gift_card_rate
         self._hint_capability: str | None = None
 

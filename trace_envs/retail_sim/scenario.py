@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_envs.core.kwarg_checks import number
 from trace_envs.retail_sim.pools import CITIES, COUNTRY, PRODUCTS, Pools, UserIdentity, pools
 from trace_envs.splits import SPLITS, split_seeds  # noqa: F401  (re-exported)
 
@@ -294,8 +295,7 @@ def required_capabilities(intents: list[Intent]) -> list[str]:
 
 def check_gift_card_rate(rate: float) -> None:
     """``gift_card_rate`` is a share: in [0, 1]."""
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"gift_card_rate must be in [0, 1], got {rate}")
+    number("gift_card_rate", rate)
 
 
 def generate_scenario(rng: np.random.Generator, seed: int | None = None, n_intents: int | None = None,

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from trace_envs.records import split_jsonl_lines
 from trace_envs.swe.patches import DEFAULT_TEST_CMD
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,9 @@ class SWETask:
 def load_jsonl(path: str | Path, repos_dir: str | Path | None = None) -> list[SWETask]:
     """Instances from a ``.jsonl`` (one row per line) or ``.json`` (a list) file."""
     path = Path(path)
-    text = path.read_text()
-    rows = json.loads(text) if path.suffix == ".json" else [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+    text = path.read_text(encoding="utf-8")
+    rows = json.loads(text) if path.suffix == ".json" else [json.loads(ln) for ln in split_jsonl_lines(text)
+                                                             if ln.strip()]
     return [SWETask.from_row(r, _repo_dir_for(r, repos_dir)) for r in rows]
 
 

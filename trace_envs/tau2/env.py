@@ -21,7 +21,14 @@ from trace_envs.core.parsing import ToolCall
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tools import ToolBox, ToolResult, ToolSpec
 from trace_envs.tau2.evaluation import JudgeConfig, evaluate_transcript
-from trace_envs.tau2.runtime import DOMAINS, INSTALL_HINT, Tau2NotInstalled, env_constructor, tau2_available
+from trace_envs.tau2.runtime import (
+    DOMAINS,
+    INSTALL_HINT,
+    Tau2NotInstalled,
+    env_constructor,
+    refuse_tau2_call,
+    tau2_available,
+)
 from trace_envs.tau2.tasks import load_task_set
 from trace_envs.tau2.users import GREETING, UserConfig, make_user
 
@@ -155,12 +162,7 @@ class Tau2Env(ToolUseEnv):
         return Tau2Episode(self.domain, task, self.task_set.source, user, run_id, self.judge, self.record_db_hash)
 
     def check_call(self, call: ToolCall) -> str | None:
-        """tau2's ``calculate`` ``eval``s its expression, so ``**`` (not among its documented operators
-        + - * /) would let ``9**9**9`` stall the env, and tau2's evaluator, which replays every call in
-        the transcript, for minutes: such a call is refused before it enters the transcript."""
-        if call.name == "calculate" and "**" in str(call.arguments.get("expression", "")):
-            return "calculate: the expression may only use the operators +, -, *, / (no **)"
-        return None
+        return refuse_tau2_call(call.name, call.arguments)
 
     @property
     def episode(self) -> Tau2Episode | None:

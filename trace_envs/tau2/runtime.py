@@ -28,6 +28,16 @@ class Tau2NotInstalled(ImportError):
     """Raised when a τ² env is made without the tau2 package."""
 
 
+def refuse_tau2_call(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why a call to a τ² tool is refused before it runs, or ``None``. tau2's ``calculate`` ``eval``s its
+    expression, so ``**`` (not among its documented operators + - * /) would let ``9**9**9`` stall the env, and
+    tau2's evaluator, which replays every call in the transcript, for minutes. Every env on a τ² domain (the
+    ``trace/tau2-*`` targets and the capability families on ``tau2-*`` domains) refuses through here."""
+    if name == "calculate" and "**" in str(arguments.get("expression", "")):
+        return "calculate: the expression may only use the operators +, -, *, / (no **)"
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def tau2_available() -> bool:
     """True iff the real tau2 (with its registry) is importable."""

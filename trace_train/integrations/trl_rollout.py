@@ -68,8 +68,11 @@ def member_seed(seed: int, step: int, env_seed: int, member: int) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32).astype(np.uint64) @ [1 << 32, 1])
 
 
-def records_to_trl(records: Sequence[TrajectoryRecord]) -> dict[str, list]:
-    """TRL ``rollout_func`` output for token-level records (see the module docstring)."""
+def records_to_trl(records: Sequence[TrajectoryRecord], filler_id: int = 0) -> dict[str, list]:
+    """TRL ``rollout_func`` output for token-level records (see the module docstring). A record with no sampled
+    token (its env failed at reset) becomes a masked one-token completion after an at least one-token prompt,
+    ``filler_id`` standing in for ids it does not have: TRL builds a tensor of each list, and an empty one is a
+    float tensor that breaks the batch's embedding lookup."""
     out: dict[str, list] = {k: [] for k in (*REQUIRED_KEYS, "env_reward", "env_success", "env_seed",
                                             "env_termination")}
     for rec in records:
@@ -79,12 +82,17 @@ def records_to_trl(records: Sequence[TrajectoryRecord]) -> dict[str, list]:
             raise ValueError(f"record {rec.episode_id}: {len(rec.token_ids)} token ids, {len(rec.loss_mask)} mask")
         start = next((i for i, m in enumerate(rec.loss_mask) if m), None)
         if start is None:  # nothing sampled (the env failed on reset): one masked token keeps TRL's shapes valid
-            start = len(rec.token_ids) - 1
-        logprobs = rec.logprobs if rec.logprobs is not None else [0.0] * len(rec.token_ids)
-        out["prompt_ids"].append(list(rec.token_ids[:start]))
-        out["completion_ids"].append(list(rec.token_ids[start:]))
-        out["env_mask"].append([int(m) for m in rec.loss_mask[start:]])
-        out["logprobs"].append([float(x) for x in logprobs[start:]])
+            ids = list(rec.token_ids)
+            out["prompt_ids"].append(ids[:-1] if len(ids) >= 2 else [filler_id])
+            out["completion_ids"].append(ids[-1:] if ids else [filler_id])
+            out["env_mask"].append([0])
+            out["logprobs"].append([0.0])
+        else:
+            logprobs = rec.logprobs if rec.logprobs is not None else [0.0] * len(rec.token_ids)
+            out["prompt_ids"].append(list(rec.token_ids[:start]))
+            out["completion_ids"].append(list(rec.token_ids[start:]))
+            out["env_mask"].append([int(m) for m in rec.loss_mask[start:]])
+            out["logprobs"].append([float(x) for x in logprobs[start:]])
         out["env_reward"].append(float(rec.reward))
         out["env_success"].append(bool(rec.success))
         out["env_seed"].append(int(rec.seed))
@@ -181,4 +189,7 @@ class TraceEnvRollout:
             raise RuntimeError(f"backend returned {len(records)} records for {len(requests)} prompts")
         self.last_records = list(records)
         logger.debug("played %d episodes of %s at step %d", len(records), self.env_id, step)
-        return records_to_trl(records)
+        filler = getattr(tokenizer, "pad_token_id", None)
+        if filler is None:
+            filler = getattr(tokenizer, "eos_token_id", None)
+        return records_to_trl(records, filler_id=int(filler or 0))

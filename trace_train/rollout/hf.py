@@ -178,7 +178,8 @@ class HFRolloutBackend:
         t0 = time.perf_counter()
         try:
             with adapter_scope(self.model, adapter):
-                episodes = [self._start(req) for req in requests]
+                for req in requests:  # appended one by one: a failing start still closes the envs made before it
+                    episodes.append(self._start(req))
                 while True:
                     live = [ep for ep in episodes if not ep.done]
                     if not live:
@@ -226,10 +227,14 @@ class HFRolloutBackend:
         messages = self._with_system(list(obs), info.get("system_prompt"))
         ep = _Episode(request=req, env=env, tools=tools, reset_info=dict(info), messages=messages,
                       generator=make_generator(episode_sampler_seed(req.seed, req.sample_seed)))
-        ep.append(self.renderer.prompt_ids(messages, tools), 0)
-        if req.hint:  # None when no hint applies to this task: the member played unhinted
-            ep.hint = self._hint_swap(req, info, list(obs), tools, len(ep.ids))
-        self._check_context(ep)
+        try:
+            ep.append(self.renderer.prompt_ids(messages, tools), 0)
+            if req.hint:  # None when no hint applies to this task: the member played unhinted
+                ep.hint = self._hint_swap(req, info, list(obs), tools, len(ep.ids))
+            self._check_context(ep)
+        except BaseException:  # a caller's error (e.g. a hint the env cannot give): this env is closed too
+            self._close_envs([ep])
+            raise
         return ep
 
     def _with_system(self, messages: list[dict[str, Any]], system_prompt: str | None) -> list[dict[str, Any]]:

@@ -131,6 +131,8 @@ def _length_buckets(lengths: Sequence[int], call_cost: int = _CALL_COST_TOKENS) 
 
 def _prefill_rows(model: torch.nn.Module, suffixes: Sequence[Sequence[int]], caches: Sequence[RowCache | None],
                   cache_kw: str, device, pad_id: int, capacity: int) -> tuple:
+    if all(c is None for c in caches):  # nothing to continue (a bucket of rows without a cache): a fresh prefill
+        return _prefill(model, suffixes, cache_kw, device, pad_id, capacity)
     lengths = [c.length if c is not None else 0 for c in caches]
     past, prefix_att = cached_prefill_cache(caches, capacity)
     input_ids, own, positions = _suffix_batch(suffixes, torch.tensor(lengths, dtype=torch.long), pad_id)

@@ -1,0 +1,56 @@
+"""τ²'s COMMUNICATE rule, shared by every env that checks what the agent told the user.
+
+A required string counts as told when some assistant text mentions it (case-insensitive, commas removed), with
+two tightenings of τ²'s plain substring test, so that a verifier cannot be passed with a wrong value:
+
+* a number (``"$150"``, ``"897.7"``) is compared by value against the numbers the texts state, with the same
+  ``$`` sign: ``"$1509"`` does not tell ``"$150"``, ``"$897.77"`` does not tell ``"$897.7"``, ``"$1141"`` tells
+  ``"$1141.0"``;
+* any other string must not run on into more digits at an end that is a digit: ``"#W12345678"`` does not tell
+  ``"#W1234567"``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_NUMBER = re.compile(r"(\$?)(\d+(?:\.\d+)?)")
+_DOLLARS = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
+_BARE = re.compile(r"(?<![\d.$])(\d+(?:\.\d+)?)(?!\d)")
+CENT = 0.005
+
+
+def assistant_texts(transcript: list[dict[str, Any]]) -> list[str]:
+    """The non-empty assistant texts of a transcript, in order."""
+    texts = (m.get("content") or "" for m in transcript if m.get("role") == "assistant")
+    return [t for t in texts if t.strip()]
+
+
+def _normal(text: str) -> str:
+    return text.lower().replace(",", "")
+
+
+def mentions(text: str, required: str) -> bool:
+    """Whether ``text`` tells ``required`` (see the module docstring)."""
+    text, required = _normal(text), _normal(required).strip()
+    number = _NUMBER.fullmatch(required)
+    if number is not None:
+        value = float(number.group(2))
+        found = _DOLLARS.findall(text) if number.group(1) else _BARE.findall(text)
+        return any(abs(float(v) - value) < CENT for v in found)
+    start = text.find(required)
+    while start >= 0:
+        end = start + len(required)
+        runs_on = required[-1:].isdigit() and text[end:end + 1].isdigit()
+        runs_in = required[:1].isdigit() and start > 0 and text[start - 1].isdigit()
+        if not (runs_on or runs_in):
+            return True
+        start = text.find(required, start + 1)
+    return False
+
+
+def communicated(transcript: list[dict[str, Any]], required: list[str]) -> bool:
+    """Every string of ``required`` is told in some assistant text of ``transcript``."""
+    texts = assistant_texts(transcript)
+    return all(any(mentions(t, s) for t in texts) for s in required)
