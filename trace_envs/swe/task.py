@@ -131,7 +131,8 @@ def load_task_repo(path: str | Path, instance_ids: list[str] | None = None) -> l
     if not root.is_dir():
         raise FileNotFoundError(f"{path} has no tasks/ directory (not a swebench task repo)")
     tasks = []
-    for task_dir in sorted(d for d in root.iterdir() if (d / "task.yaml").is_file()):
+    # a dot-folder is a task being written (``publish_dir``'s temporary folder, or one a kill left behind)
+    for task_dir in sorted(d for d in root.iterdir() if not d.name.startswith(".") and (d / "task.yaml").is_file()):
         if instance_ids is not None and task_dir.name not in instance_ids:
             continue
         row = yaml.safe_load((task_dir / "task.yaml").read_text())

@@ -7,8 +7,10 @@ hash, model, response and report). What differs between the generators is passed
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,11 +96,20 @@ def run_attempts(cap: SelectedCapability, max_attempts: int, client: ChatClient,
             if rejected is not None:
                 raise rejected
             artefact = steps.extract(attempt.response)
+            _check_encodable(artefact)
         except ValueError as exc:
             attempt.stage, attempt.report = "extract", {"failures": [str(exc)]}
             feedback: str | None = f"Your answer was rejected: {exc}."
         else:
-            feedback = steps.check(artefact, attempt)
+            try:
+                feedback = steps.check(artefact, attempt)
+            except Exception as exc:  # noqa: BLE001 - whatever the answer makes the checks raise fails this attempt
+                logger.warning("%s, %s attempt %d: the checks raised on the answer", steps.label, cap.name, index,
+                               exc_info=True)
+                message = f"checking it raised {type(exc).__name__}: {exc}"
+                attempt.stage, attempt.report = "check", {"failures": [message],
+                                                          "traceback": traceback.format_exc()[-4000:]}
+                feedback = f"Your answer was rejected: {message}."
         attempt.elapsed_s = time.monotonic() - start
         result.attempts.append(attempt)
         save_attempt(cap_dir, attempt, messages)
@@ -112,12 +123,24 @@ def run_attempts(cap: SelectedCapability, max_attempts: int, client: ChatClient,
             result.entry = steps.emit(artefact, attempt, provenance)
             result.accepted, result.reason = True, f"accepted on attempt {index}"
             return result
-        messages = [*messages, {"role": "assistant", "content": attempt.response}, steps.retry(feedback or "")]
+        # the conversation goes on with text UTF-8 can carry (a lone surrogate becomes U+FFFD)
+        said = attempt.response.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        messages = [*messages, {"role": "assistant", "content": said}, steps.retry(feedback or "")]
     last = result.attempts[-1]
     result.reason = f"no {steps.noun} accepted in {max_attempts} attempts; last failure at {last.stage}: " + \
         "; ".join(attempt_failures(last))[:500]
     logger.warning("%s, %s: %s", steps.label, cap.name, result.reason)
     return result
+
+
+def _check_encodable(artefact: Any) -> None:
+    """An answer holding text UTF-8 cannot encode (a lone surrogate such as ``\\ud800``, which JSON escapes
+    decode to) fails extraction: nothing downstream (hashing, parsing, writing) could take it."""
+    try:
+        json.dumps(artefact, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        raise ValueError(f"it holds text UTF-8 cannot encode ({bad!r}, a lone surrogate)") from None
 
 
 def attempt_failures(attempt: Attempt) -> list[str]:

@@ -88,7 +88,9 @@ def retry_message(feedback: str) -> dict[str, str]:
 
 
 def prompt_hash(messages: list[dict[str, str]]) -> str:
-    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    """sha256 of the conversation (a lone surrogate an earlier answer held is hashed as its code point)."""
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def extract_module(answer: str) -> str:

@@ -52,6 +52,8 @@ LOOPS_IN_RESET = GOOD.replace(
     "        users = sorted(db[\"users\"])\n",
     "        while True:\n            pass\n        users = sorted(db[\"users\"])\n")
 
+LOOPS_AT_IMPORT = GOOD.replace("\nclass Env(", "\nwhile True:\n    pass\n\n\nclass Env(", 1)
+
 ALLOCATES_8GB = GOOD.replace(
     "        users = sorted(db[\"users\"])\n",
     "        hoard = bytearray(8 * 1024 ** 3)\n        users = sorted(db[\"users\"]) + [str(len(hoard))][:0]\n")

@@ -70,3 +70,42 @@ def test_an_empty_answer_is_a_failed_attempt_not_the_end(tmp_path):
     assert "empty answer" in first["report"]["failures"][0]
     assert requests[1]["messages"][-1]["content"].startswith("Your answer was rejected: ")
     assert result.reason.endswith("the answer holds no fenced ```json block")
+
+
+def test_checks_that_raise_on_an_answer_fail_that_attempt_and_the_conversation_goes_on(tmp_path):
+    """Whatever an answer makes the checks raise (a path the validator cannot create, a surrogate it cannot
+    write) is that attempt's failure, kept with its traceback, and the next answer is asked for; a lone
+    surrogate in an answer is fed back as text UTF-8 can carry."""
+    from trace_train.synthesis.attempts import AttemptSteps, run_attempts
+
+    class Client:
+        model, endpoint = "stub", "http://stub"
+
+        def __init__(self):
+            self.seen = []
+
+        def complete(self, messages, seed=None):
+            self.seen.append(messages)
+            return ["first \ud800 answer", "second answer"][len(self.seen) - 1]
+
+    def check(artefact, attempt):
+        if artefact == "first":
+            raise FileExistsError("shop/pricing.py")
+        attempt.stage, attempt.accepted = "accepted", True
+        return None
+
+    steps = AttemptSteps(generator="stub", label="stub generator", noun="thing",
+                         extract=lambda text: text.split()[0], check=check, provenance=lambda a: {},
+                         emit=lambda artefact, attempt, provenance: {"id": artefact},
+                         retry=lambda feedback: {"role": "user", "content": feedback})
+    client = Client()
+    result = run_attempts(CAP, 3, client, [{"role": "user", "content": "go"}], tmp_path, steps)
+    assert result.accepted and result.entry == {"id": "second"}
+    first = result.attempts[0]
+    assert first.stage == "check" and first.report["failures"] == ["checking it raised FileExistsError: "
+                                                                   "shop/pricing.py"]
+    assert "Traceback" in first.report["traceback"]
+    assert client.seen[1][-1]["content"].startswith("Your answer was rejected: checking it raised FileExistsError")
+    assert "\ud800" not in client.seen[1][-2]["content"] and client.seen[1][-2]["content"].startswith("first ")
+    kept = json.loads((tmp_path / "attempt_1.json").read_text())
+    assert kept["stage"] == "check"

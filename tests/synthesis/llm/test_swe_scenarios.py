@@ -152,6 +152,33 @@ def test_static_checks_on_the_code():
     assert not is_swe_target("retail-sim", "trace/retail-sim-v0")
 
 
+def test_static_checks_cover_every_text_that_runs_and_the_tree_shape():
+    """The base text of a file the oracle fixes runs (the tests run it before the fix); a scenario file named like a
+    standard module would make its import pass the allow-list; a path that is a file and a directory at once
+    cannot be written."""
+    base = scenario()
+    hostile_base = scenario(files={**base["files"], "shop/pricing.py": "import subprocess\n" + PRICING})
+    assert "shop/pricing.py" in hostile_base["oracle_files"]
+    assert any("import of 'subprocess'" in p for p in check_scenario(hostile_base).problems)
+    shadow = scenario(files={**base["files"], "subprocess.py": "x = 1\n",
+                             "shop/net.py": "import subprocess\n"})
+    assert any("'subprocess' (a file or package of the scenario) shadows" in p
+               for p in check_scenario(shadow).problems)
+    clash = scenario(files={**base["files"], "shop/pricing.py/notes.md": "notes\n"})
+    assert any("is a file and also a directory" in p for p in check_scenario(clash).problems)
+
+
+def test_an_answer_the_checks_cannot_take_fails_its_attempt_not_the_stage(tmp_path):
+    """A lone surrogate (a JSON \\ud800 escape) cannot be hashed or written: that attempt fails at extraction,
+    the next answer is asked for, and the conversation goes on."""
+    bad = scenario()
+    bad["files"] = {**bad["files"], "shop/notes.md": "note \ud800\n"}
+    result, requests = run(tmp_path, [answer(bad), answer(scenario())], max_attempts=2)
+    assert result.accepted and len(requests) == 2
+    first = result.attempts[0]
+    assert first.stage == "extract" and "lone surrogate" in first.report["failures"][0]
+
+
 def test_synthesize_command_writes_a_swe_scenario(tmp_path, capsys):
     from tests.cli_runner import run_cli
 

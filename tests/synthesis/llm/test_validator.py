@@ -12,6 +12,7 @@ from llm_env_modules import (
     GOOD,
     HIDDEN_IMPORT,
     IMPORTS_SOCKET,
+    LOOPS_AT_IMPORT,
     LOOPS_IN_RESET,
     ORACLE_FAILS,
     RENAMES_TOOL,
@@ -42,7 +43,9 @@ HOSTILE = [
                                       "        __import__(\"o\" + \"s\").system(\"true\")\n"
                                       "        users = sorted(db[\"users\"])\n"),
      "static", "use of '__import__' is not allowed"),
-    ("loops_in_reset", LOOPS_IN_RESET, "dynamic", "timed out after 15 s (wall-clock limit) during"),
+    # a method of the env runs under authoring.METHOD_TIME_LIMIT_S (10 s), the whole probe under the wall clock
+    ("loops_in_reset", LOOPS_IN_RESET, "dynamic", "Env.build_task ran past its 10 s time limit"),
+    ("loops_at_import", LOOPS_AT_IMPORT, "dynamic", "timed out after 15 s (wall-clock limit) during import"),
     ("allocates_8gb", ALLOCATES_8GB, "dynamic", "memory limit (1024 MB)"),
     ("oracle_fails", ORACLE_FAILS, "dynamic", "the oracle solves 0.0% of 60 seeds"),
     ("renames_a_tool", RENAMES_TOOL, "dynamic", "tool 'lookup_user' is not a tool of the target"),

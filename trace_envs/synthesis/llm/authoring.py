@@ -26,12 +26,16 @@ from typing import Any
 import numpy as np
 
 from trace_envs.core.parsing import format_tool_call
+from trace_envs.core.time_limit import CallTimeout, time_limit
 from trace_envs.core.tool_env import STOP_TOKEN, Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tools import ToolBox, ToolSpec
 from trace_envs.domains import get_domain
 
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
 SUCCESS_REWARD = 1.0 - 1e-9
+# wall-clock seconds one call of an authored method (build_task, verify, oracle) may take; the validator plays the
+# oracle, do-nothing and random policies only, so a method that loops on other input would hang whoever plays it
+METHOD_TIME_LIMIT_S = 10.0
 
 __all__ = ["CallRecord", "CapabilityEnv", "Outcome", "STOP_TOKEN", "TaskSpec", "ToolBox", "ToolSpec", "call", "say"]
 
@@ -81,6 +85,16 @@ class Outcome:
         return any(needle.lower() in t.lower() for t in self.texts)
 
 
+def _limited(method: Any, *args: Any) -> Any:
+    """``method(*args)`` under :data:`METHOD_TIME_LIMIT_S`; running past it is a ``TimeoutError`` (an env error
+    that ends only this episode wherever episodes are played)."""
+    try:
+        with time_limit(METHOD_TIME_LIMIT_S, getattr(method, "__qualname__", "an authored method")):
+            return method(*args)
+    except CallTimeout as exc:
+        raise TimeoutError(str(exc)) from None
+
+
 class _User:
     def __init__(self, replies: list[str]):
         self.replies = list(replies)
@@ -95,7 +109,7 @@ class _CapabilityEpisode(Episode):
     def __init__(self, env: "CapabilityEnv", rng: np.random.Generator):
         self.env = env
         self.db = env.domain.world_db(env.domain.new_world(rng))
-        task = env.build_task(self.db, rng)
+        task = _limited(env.build_task, self.db, rng)
         if not isinstance(task, TaskSpec):
             raise TypeError(f"build_task must return a TaskSpec, got {type(task).__name__}")
         self.task = task
@@ -121,7 +135,7 @@ class _CapabilityEpisode(Episode):
             return Score(0.0, False)
         texts = [m.get("content") or "" for m in transcript if m.get("role") == "assistant"]
         outcome = Outcome(self.db, self.initial_db, list(self.calls), [t for t in texts if t.strip()], termination)
-        reward = float(self.env.verify(self.task, outcome))
+        reward = float(_limited(self.env.verify, self.task, outcome))
         return Score(reward, reward >= SUCCESS_REWARD, {"verifier": reward})
 
 
@@ -171,5 +185,5 @@ class CapabilityEnv(ToolUseEnv):
         """The oracle's turns for the current task, ending with a stop turn."""
         if self.current_task is None:
             raise RuntimeError("call reset() first")
-        turns = [str(t) for t in self.oracle(self.current_task)]
+        turns = [str(t) for t in _limited(self.oracle, self.current_task)]
         return [*turns, say(STOP_TOKEN)]

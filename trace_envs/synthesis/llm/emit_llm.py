@@ -4,7 +4,8 @@ row with its provenance (generator, model, prompt hashes, attempts, validation, 
 Files (atomic writes; an existing source with different content is never overwritten silently: the
 previous one is kept under its own sha-suffixed name):
 ``<out>/<capability>_llm_source.py`` (the module as the LLM wrote it) and ``<out>/<capability>_llm.py``
-(registers ``trace/<capability>-v0``, or ``trace/<capability>-llm-v0`` when a family owns that id).
+(registers ``trace/<capability>-v0``, or ``trace/<capability>-llm-v0`` when a family or another env owns
+that id).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import os
 from pathlib import Path
 from typing import Any
+
+import gymnasium
 
 from trace_envs.atomic_io import write_text_atomic
 from trace_envs.families import FAMILIES
@@ -38,7 +41,11 @@ ENV_ID = register_env({name!r}, {entry_point!r}, source=SOURCE, sha256={sha256!r
 
 
 def llm_env_name(capability: str) -> str:
-    return f"{capability}-llm" if capability in FAMILIES else capability
+    """``<capability>``, or ``<capability>-llm`` when a family or another env (a built-in such as
+    ``trace/code_localization-v0``) owns ``trace/<capability>-v0``: an emitted env never replaces one."""
+    spec = gymnasium.registry.get(f"{NAMESPACE}/{capability}-v0")
+    taken = capability in FAMILIES or (spec is not None and spec.entry_point != ENTRY_POINT)
+    return f"{capability}-llm" if taken else capability
 
 
 def llm_env_id(capability: str) -> str:

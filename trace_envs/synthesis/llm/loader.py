@@ -7,15 +7,17 @@ longer passes the static check is refused, never imported.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
+from trace_envs.core.time_limit import CallTimeout, time_limit
 from trace_envs.synthesis.llm.authoring import CapabilityEnv
 from trace_envs.synthesis.llm.static import check_source
 
 ENTRY_POINT = "trace_envs.synthesis.llm.loader:make_env"
+IMPORT_TIME_LIMIT_S = 30.0  # a module whose top level loops would hang the host that imports it
 
 
 def sha256_text(text: str) -> str:
@@ -35,11 +37,15 @@ def load_env_class(source: str | Path, sha256: str) -> type[CapabilityEnv]:
     name = f"trace_llm_envs.m{sha256[:16]}"
     module = sys.modules.get(name)
     if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        # the text just checked is what runs (importlib would read the file again, or a stale __pycache__)
+        module = types.ModuleType(name)
+        module.__file__ = str(path)
+        code = compile(text, str(path), "exec")
+        try:
+            with time_limit(IMPORT_TIME_LIMIT_S, f"importing {path}"):
+                exec(code, module.__dict__)  # noqa: S102 - validated source (static check + confined probe)
+        except CallTimeout as exc:
+            raise TimeoutError(str(exc)) from None
         sys.modules[name] = module
     cls = getattr(module, "Env", None)
     if not (isinstance(cls, type) and issubclass(cls, CapabilityEnv)):

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trace_envs.atomic_io import write_text_atomic
+from trace_envs.atomic_io import publish_dir, write_text_atomic
 from trace_envs.registry import NAMESPACE
 from trace_envs.synthesis.emit import write_manifest_entry
 from trace_envs.synthesis.llm.swe_scenario import SWEScenario
@@ -56,11 +56,13 @@ def emit_swe_scenario(capability: str, scenario: SWEScenario, pass_to_pass: list
     sha = scenario_sha(scenario)
     repo = out / "swe_scenarios" / capability
     instance_id = f"llm__{capability}-{sha[:12]}"
-    if (repo / "tasks" / instance_id).exists():
+    task_dir = repo / "tasks" / instance_id
+    if (task_dir / "task.yaml").exists():  # published whole (below), or left by an earlier version
         logger.info("SWE scenario %s is already emitted; kept as it is", instance_id)
-    else:
-        write_scenario_task(scenario, repo, instance_id, pass_to_pass,
-                            extra={"provenance": json.loads(json.dumps(provenance, default=str))})
+    else:  # in a temporary folder first: a kill mid-write leaves no half task that would count as emitted
+        extra = {"provenance": json.loads(json.dumps(provenance, default=str))}
+        publish_dir(task_dir, lambda tmp: write_scenario_task(scenario, repo, instance_id, pass_to_pass,
+                                                              extra=extra, task_dir=tmp))
     write_text_atomic(repo / f"scenario_{sha[:12]}.json", json.dumps(scenario.to_dict(), indent=2) + "\n")
     wrapper = f"{capability}_swe.py"
     write_text_atomic(out / wrapper, _WRAPPER.format(capability=capability, name=f"{capability}-swe",

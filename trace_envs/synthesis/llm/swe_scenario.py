@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -164,8 +165,14 @@ def check_scenario(doc: dict[str, Any]) -> ScenarioCheck:
     if not _SLUG.match(sc.name):
         problems.append(f"name {sc.name!r} must be a lowercase slug ([a-z0-9_], at most 40 characters)")
     every = {**sc.files, **sc.target_tests, **sc.oracle_files}
-    for path in dict.fromkeys([*sc.files, *sc.target_tests, *sc.oracle_files]):
+    paths = list(dict.fromkeys([*sc.files, *sc.target_tests, *sc.oracle_files]))
+    for path in paths:
         problems += path_problems(path)
+    problems += [f"{path!r} is a file and also a directory of {other!r}" for path in paths for other in paths
+                 if other.startswith(path + "/")][:5]
+    tops = {p.split("/")[0].removesuffix(".py") for p in paths}
+    problems += [f"{name!r} (a file or package of the scenario) shadows the standard module of that name"
+                 for name in sorted(tops & set(sys.stdlib_module_names))]
     if problems:
         return ScenarioCheck(False, problems)
     if len(set(sc.files) | set(sc.target_tests) | set(sc.oracle_files)) > MAX_FILES:
@@ -195,7 +202,11 @@ def check_scenario(doc: dict[str, Any]) -> ScenarioCheck:
             problems.append(f"fail_to_pass id {node!r} must name a test of a target test file "
                             "(<target test path>::<test name>)")
     own = {p.split("/")[0].removesuffix(".py") for p in every}
-    for path, text in every.items():
-        if path.endswith(".py"):
-            problems += _python_problems(path, text, own)
+    # every text that runs: the base files, the hidden tests and the fixed files (a base file the oracle changes
+    # is still what the tests run before the fix)
+    for texts in (sc.files, sc.target_tests, sc.oracle_files):
+        for path, text in texts.items():
+            if path.endswith(".py"):
+                problems += _python_problems(path, text, own)
+    problems = list(dict.fromkeys(problems))  # a base file and its fixed version may share a finding
     return ScenarioCheck(not problems, problems, sc if not problems else None)

@@ -62,13 +62,14 @@ def test_command(scenario: SWEScenario) -> str:
 
 
 def write_scenario_task(scenario: SWEScenario, root: Path, instance_id: str, pass_to_pass: list[str],
-                        extra: dict[str, Any] | None = None) -> Path:
-    """The scenario as one task of the swebench task repo ``root`` (``root/tasks/<instance_id>``)."""
+                        extra: dict[str, Any] | None = None, task_dir: Path | None = None) -> Path:
+    """The scenario as one task of the swebench task repo ``root`` (``root/tasks/<instance_id>``, or ``task_dir``:
+    a temporary folder published there afterwards)."""
     write_config(root)
     fixed = {**scenario.files, **scenario.fixed_files()}
-    return write_task(root / "tasks" / instance_id, instance_id, f"llm/{scenario.name}", scenario.problem_statement,
-                      scenario.files, fixed, scenario.target_tests, scenario.fail_to_pass, pass_to_pass,
-                      extra=extra, test_cmd=test_command(scenario))
+    return write_task(task_dir or root / "tasks" / instance_id, instance_id, f"llm/{scenario.name}",
+                      scenario.problem_statement, scenario.files, fixed, scenario.target_tests,
+                      scenario.fail_to_pass, pass_to_pass, extra=extra, test_cmd=test_command(scenario))
 
 
 def oracle_patch(scenario: SWEScenario) -> str:
