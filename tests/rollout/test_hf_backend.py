@@ -83,3 +83,21 @@ def test_greedy_and_limits(model, tokenizer):
     assert rec.termination == "context_limit" and len(rec.token_ids) <= small.max_context
     assert rec.loss_mask[-1] == 0 or rec.token_ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert rec.token_ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_a_turn_ended_by_another_eos_token_keeps_it_out_of_the_text(model, tokenizer):
+    """Instruct models stop on several eos ids (Qwen: ``<|im_end|>`` and ``<|endoftext|>``). A turn the sampler
+    ends with the other one keeps that token in the token stream (it was sampled) but not in what the env and the
+    messages see; the turn is still closed with ``<|im_end|>``."""
+    backend = HFRolloutBackend(model, tokenizer, env_factory=fake_factory)
+    other = next(i for i in range(len(tokenizer)) if i not in backend.stop_ids and i != backend.pad_id
+                 and tokenizer.decode([i]).strip())
+    backend.stop_ids = {*backend.stop_ids, other}
+    ep = backend._start(EpisodeRequest("fake/tool-v0", seed=0, env_kwargs={"turns": 2}))
+    said = tokenizer.encode("hello", add_special_tokens=False)
+    backend._apply_turn(ep, [*said, other], [-0.5] * (len(said) + 1))
+    turn_end = ep.turns[-1][0] + ep.turns[-1][1]
+    closing = slice(turn_end - 1, turn_end + 1)
+    assert ep.ids[closing] == [other, backend.end_id] and ep.mask[closing] == [1, 0]
+    (said_text,) = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+    assert said_text == tokenizer.decode(said)

@@ -280,7 +280,9 @@ class HFRolloutBackend:
         sampler did not (mask 0), and step the env with its text."""
         ep.turns.append([len(ep.ids), len(ids)])
         ep.append(ids, 1, logprobs)
-        text_ids = ids[:-1] if ids and ids[-1] == self.end_id else ids
+        # any stop token (``<|im_end|>``, or another of the model's eos ids such as Qwen's ``<|endoftext|>``) ends
+        # the turn without being part of what the agent said
+        text_ids = ids[:-1] if ids and ids[-1] in self.stop_ids else ids
         if not ids or ids[-1] != self.end_id:
             ep.append([self.end_id], 0)
         self._env_step(ep, self.renderer.decode(text_ids))
