@@ -52,6 +52,8 @@ class PolicySpec:
     def from_dict(cls, data: Mapping[str, Any], path: str = "policy") -> "PolicySpec":
         """Build strictly (an unknown or mistyped key fails with its path, e.g. ``policies.base.temprature``)
         and check that the kind has what it needs."""
+        if "route_descriptions" in data and data["route_descriptions"] is None:  # the task_router group's default
+            data = {**data, "route_descriptions": {}}
         spec = build(cls, data, path)
         if spec.kind not in KINDS:
             raise ValueError(f"{path}.kind: unknown policy kind {spec.kind!r}; choose one of {KINDS}")

@@ -179,3 +179,41 @@ def test_a_capability_never_applicable_on_failures_is_not_flagged():
     success = {"f0": False, "p0": True}
     runs = [make_run(r, success, "cap_a", [NA, NA]) for r in range(10)]
     assert not aggregate(runs, [A], success).candidates[0].thin_er_plus_support
+
+
+@pytest.mark.parametrize("never", ["missing", "na"])
+def test_a_capability_never_labeled_is_never_selected_even_at_zero_thresholds(never):
+    success = {"e1": False, "e2": False, "e3": True}
+    runs = []
+    for r in range(2):
+        run = make_run(r, success, "cap_a", [L, P, P])
+        if never == "missing":
+            run.mark_missing([(e, "cap_b") for e in success])  # the labeler never answered these
+        else:
+            for e in success:
+                run[(e, "cap_b")] = NA
+        runs.append(run)
+    res = aggregate(runs, [A, B], success, Thresholds(rho=0.0, delta=0.0, k=2))
+    a, b = res.candidates
+    assert a.selected and not b.selected and [c.name for c in res.selected] == ["cap_a"]
+    assert b.n_runs_passed == 2 and "never applicable" in b.reason and "no LACKING or PRESENT" in b.reason
+    assert [c["name"] for c in res.to_json()["selected"]] == ["cap_a"]
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_thresholds_refuse_k_below_one(k):
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        Thresholds(k=k)
+
+
+def test_aggregate_refuses_an_empty_success_map():
+    run = make_run(0, {"e1": False}, "cap_a", [L])
+    with pytest.raises(ValueError, match="success .* is empty"):
+        aggregate([run], [A], {}, Thresholds(k=1))
+
+
+def test_aggregate_refuses_a_capability_given_twice():
+    success = {"e1": False, "e2": True}
+    run = make_run(0, success, "cap_a", [L, P])
+    with pytest.raises(ValueError, match=r"\['cap_a'\] are given more than once"):
+        aggregate([run], [A, A], success, Thresholds(k=1))

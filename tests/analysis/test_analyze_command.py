@@ -81,3 +81,15 @@ def test_llm_labeler_end_to_end_through_config(tmp_path):
     assert sel["selected"][0]["mean_delta"] == 0.3 or abs(sel["selected"][0]["mean_delta"] - 0.3) < 1e-9
     cands = json.loads((tmp_path / "out" / "candidate_capabilities.json").read_text())["candidates"]
     assert [c["name"] for c in cands] == ["courtesy", "format_compliance"]
+
+
+def test_a_malformed_trajectories_file_is_a_one_line_refusal(tmp_path, capsys):
+    from tests.cli_runner import run_cli
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"seed": 1, "reward": 0.0}) + "\n")
+    out = tmp_path / "analysis"
+    code, _, err = run_cli("analyze", f"trajectories={bad}", f"out={out}", hydra_dir=tmp_path / "hydra",
+                           capsys=capsys)
+    assert code == 2 and "bad.jsonl:1" in err and "required field" in err and "Traceback" not in err
+    assert not out.exists()

@@ -148,3 +148,45 @@ def test_discovery(tmp_path):
     assert [c.name for c in caps] == ["precondition_checking", "numeric_reasoning", "a"]
     assert caps[0].description == "Checks rules before acting."
     assert len(srv.requests) == 1
+
+
+def test_load_capabilities_reads_both_shapes(tmp_path):
+    from trace_train.analysis.llm_labeler import load_capabilities
+
+    entries = [{"name": "Tool Calling", "description": "calls tools"}, {"name": "b", "description": "d"}]
+    for value in ({"candidates": entries}, entries):
+        (tmp_path / "caps.json").write_text(json.dumps(value))
+        caps = load_capabilities(tmp_path / "caps.json")
+        assert [(c.name, c.description) for c in caps] == [("tool_calling", "calls tools"), ("b", "d")]
+
+
+@pytest.mark.parametrize("text,says", [
+    ('{"candidates": [{"name": "a", "desc', "cannot read it as JSON"),
+    ("", "cannot read it as JSON"),
+    ('{"candidates": "a"}', "holds no list"),
+    ('{"candidates": []}', "holds no list"),
+    ('{"name": "a", "description": "x"}', "holds no list"),
+    ('{"candidates": [{"name": "a"}]}', "entry 0: needs a string name and a string description"),
+    ('[{"name": "a", "description": "x"}, "b"]', "entry 1: needs a string name"),
+    ('[{"name": 3, "description": "x"}]', "entry 0: needs a string name"),
+    ('{"candidates": [{"name": "!!!", "description": "x"}]}', "entry 0: name '!!!' is empty in snake_case"),
+    ('{"candidates": [{"name": "Tool Calling", "description": "a"}, {"name": "tool_calling", "description": "b"}]}',
+     "entry 1: name 'tool_calling' is 'tool_calling' in snake_case, as is entry 0's"),
+    ('[{"name": "a", "description": "x"}, {"name": "a", "description": "y"}]', "entry 1: name 'a'"),
+])
+def test_a_damaged_or_ill_shaped_capabilities_file_names_the_file_and_entry(tmp_path, text, says):
+    from trace_train.analysis.llm_labeler import load_capabilities
+
+    path = tmp_path / "caps.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        load_capabilities(path)
+    message = str(info.value)
+    assert message.startswith(f"capabilities file {path}") and says in message and "\n" not in message
+
+
+def test_a_missing_capabilities_file_is_a_value_error_naming_it(tmp_path):
+    from trace_train.analysis.llm_labeler import load_capabilities
+
+    with pytest.raises(ValueError, match="capabilities file .*missing.json: cannot read"):
+        load_capabilities(tmp_path / "missing.json")

@@ -72,6 +72,12 @@ def test_registry_per_domain_and_filtering():
         capabilities_for("no_such_domain")
 
 
+def test_a_capability_named_twice_is_refused():
+    assert [c.name for c in capabilities_for("generic", names=["politeness"])] == ["politeness"]
+    with pytest.raises(ValueError, match=r"\['politeness'\] are named more than once"):
+        capabilities_for("generic", names=["politeness", "politeness"])
+
+
 def _records(n: int) -> list[TrajectoryRecord]:
     return [rec([USER, {"role": "assistant", "content": "thanks" if i % 2 else "ok"}], seed=i) for i in range(n)]
 

@@ -41,6 +41,19 @@ def test_task_truth_counts_and_selection(tmp_path):
     assert task_truth(write_trajectories(tmp_path / "u.jsonl", _records(False))) is None
 
 
+def test_ground_truth_at_a_threshold_passes_as_in_aggregate():
+    """0.7 - 0.5 is 0.19999999999999996 in floats: at δ=0.2 the analysis keeps it (Δ >= δ - ε), so must the truth."""
+    from trace_train.analysis.aggregate import Thresholds
+    from trace_train.analysis.sweep import TaskTruth
+
+    truth = TaskTruth(n_failed=12, n_passed=8, failed_requiring={"c": 7}, passed_requiring={"c": 3})
+    cov, delta = truth.stats("c")
+    assert delta < 0.2 <= delta + Thresholds().epsilon and cov == 7 / 12
+    assert truth.selection(rho=0.1, delta=0.2) == ["c"]
+    assert truth.selection(rho=7 / 12 + 1e-3, delta=0.2) == []  # a genuine gap still decides
+    assert truth.selection(rho=0.1, delta=0.2, epsilon=0.0) == []
+
+
 def test_sweep_rows_have_per_capability_delta_cov_and_precision_recall(tmp_path):
     traj = write_trajectories(tmp_path / "t.jsonl", _records())
     root = tmp_path / "sweep"

@@ -24,6 +24,14 @@ TINY = dict(steps=8, batch_size=2, tokenizer_episodes=40, probe_episodes=4, chec
             lr=3e-3, max_len=1024)
 
 
+def _summary_and_metrics(runner) -> tuple[dict, list[dict]]:
+    """``bootstrap.json`` and the ``metrics.jsonl`` rows without their wall-clock fields."""
+    summary = json.loads((runner.dir / "bootstrap.json").read_text())
+    summary.pop("wall_s")
+    rows = [json.loads(line) for line in (runner.dir / "metrics.jsonl").read_text().splitlines()]
+    return summary, [{k: v for k, v in row.items() if k != "elapsed_s"} for row in rows]
+
+
 def _held_out_loss(model_dir, cfg) -> float:
     model, tokenizer = load_policy(model_dir)
     renderer = ChatRenderer(tokenizer)
@@ -52,6 +60,23 @@ def test_bootstrap_lowers_loss_caches_and_keeps_tools_style(tmp_path):
     assert (runner.dir / "metrics.jsonl").read_text().splitlines() == lines
 
 
+def _killed_after_checkpoint(cfg, cache_dir, monkeypatch, step):
+    """A bootstrap of ``cfg`` killed right after its step-``step`` checkpoint (not resumed yet)."""
+    original = bc._save_checkpoint
+
+    def save_then_die(path, model, optimizer, at, elapsed, head=None, **kwargs):
+        original(path, model, optimizer, at, elapsed, head, **kwargs)
+        if at == step:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bc, "_save_checkpoint", save_then_die)
+    killed = bc.Bootstrapper(cfg, cache_dir)
+    with pytest.raises(KeyboardInterrupt):
+        killed.run(progress=False)
+    monkeypatch.setattr(bc, "_save_checkpoint", original)
+    return killed
+
+
 @pytest.mark.parametrize("decision_weight,packing,numbers,focus",
                          [(0.0, "none", 0, None), (1.0, "none", 0, None), (1.0, "packed", 0, None),
                           (1.0, "packed", 1000, None), (1.0, "packed", 0, {"env_kwargs": {"kinds": ["return"]},
@@ -64,18 +89,7 @@ def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, dec
     clean = bc.Bootstrapper(cfg, tmp_path / "clean")
     clean.run(progress=False)
 
-    original = bc._save_checkpoint
-
-    def save_then_die(path, model, optimizer, step, elapsed, head=None):
-        original(path, model, optimizer, step, elapsed, head)
-        if step == 4:
-            raise KeyboardInterrupt  # a kill right after the step-4 checkpoint
-
-    monkeypatch.setattr(bc, "_save_checkpoint", save_then_die)
-    killed = bc.Bootstrapper(cfg, tmp_path / "killed")
-    with pytest.raises(KeyboardInterrupt):
-        killed.run(progress=False)
-    monkeypatch.setattr(bc, "_save_checkpoint", original)
+    killed = _killed_after_checkpoint(cfg, tmp_path / "killed", monkeypatch, step=4)
     assert not killed.is_done()
     killed.run(progress=False)
     a, _ = load_policy(clean.model_dir)
@@ -85,6 +99,22 @@ def test_killed_bootstrap_resumes_to_the_same_weights(tmp_path, monkeypatch, dec
     # each run records its model's fingerprint, the same for the same weights
     recorded = [json.loads((r.dir / "bootstrap.json").read_text())["model_fingerprint"] for r in (clean, killed)]
     assert recorded[0] == recorded[1] == model_fingerprint(clean.model_dir)
+    # and the same summary (final_loss_ema included) and metrics rows (loss_ema included), wall clock aside
+    (clean_summary, clean_rows), (killed_summary, killed_rows) = map(_summary_and_metrics, (clean, killed))
+    assert killed_summary["final_loss_ema"] == clean_summary["final_loss_ema"] is not None
+    assert killed_summary == clean_summary and killed_rows == clean_rows
+
+
+def test_a_bootstrap_killed_after_its_last_checkpoint_keeps_its_loss_ema(tmp_path, monkeypatch):
+    """Killed after the final checkpoint but before bootstrap.json: the resume trains no step, yet reports the EMA."""
+    cfg = BootstrapConfig(**{**TINY, "steps": 4})
+    clean = bc.Bootstrapper(cfg, tmp_path / "clean")
+    clean.run(progress=False)
+    killed = _killed_after_checkpoint(cfg, tmp_path / "killed", monkeypatch, step=4)
+    killed.run(progress=False)
+    (clean_summary, clean_rows), (killed_summary, killed_rows) = map(_summary_and_metrics, (clean, killed))
+    assert killed_summary["final_loss_ema"] == clean_summary["final_loss_ema"] is not None
+    assert killed_summary == clean_summary and killed_rows == clean_rows
 
 
 def test_a_bootstrap_killed_before_its_summary_finishes_on_resume(tmp_path, monkeypatch):
@@ -180,10 +210,10 @@ def test_a_resumed_bootstrap_logs_each_step_once(tmp_path, monkeypatch):
     cfg = BootstrapConfig(**{**TINY, "steps": 14, "checkpoint_every": 7})  # rows at steps 10 and 14
     original = bc._save_checkpoint
 
-    def die_before_second_checkpoint(path, model, optimizer, step, elapsed, head=None):
+    def die_before_second_checkpoint(path, model, optimizer, step, elapsed, head=None, **kwargs):
         if step == 14:
             raise KeyboardInterrupt  # killed after logging steps 10 and 14, with step 7 the last checkpoint
-        original(path, model, optimizer, step, elapsed, head)
+        original(path, model, optimizer, step, elapsed, head, **kwargs)
 
     monkeypatch.setattr(bc, "_save_checkpoint", die_before_second_checkpoint)
     runner = bc.Bootstrapper(cfg, tmp_path)

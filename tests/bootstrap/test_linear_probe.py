@@ -35,6 +35,18 @@ def test_the_balanced_probe_trades_common_label_accuracy_for_balanced_accuracy()
     assert torch.allclose(a.weight, b.weight, atol=1e-4) and torch.allclose(a.bias, b.bias, atol=1e-4)
 
 
+def test_fit_probe_leaves_the_callers_rng_alone_and_depends_on_its_seed_only():
+    x, y = _imbalanced(64, 3)
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    first = fit_probe(x, y, steps=5, seed=7)
+    assert torch.equal(torch.rand(3), expected)  # the caller's stream goes on where it was
+    torch.manual_seed(99)
+    again = fit_probe(x, y, steps=5, seed=7)
+    assert torch.equal(first.weight, again.weight) and torch.equal(first.bias, again.bias)
+
+
 def test_a_bootstrap_records_its_linear_probes_once(tmp_path, monkeypatch):
     cfg = BootstrapConfig(**TINY, decision_loss_weight=1.0, decisions=tuple(DECISIONS))
     runner = bc.Bootstrapper(cfg, tmp_path)

@@ -133,6 +133,11 @@ def test_the_cli_pauses_with_its_own_exit_code_and_refuses_an_existing_export(tm
     other = ("0" if recorded[0] != "0" else "1") + recorded[1:]
     code, _, err = _bootstrap_cli(tmp_path, capsys, f"compare_to={other}")
     assert code == 0 and f"the recorded fingerprint {other}: different" in " ".join(err.split())
+    # a damaged cache file is a one-line error naming it, not a traceback
+    (summary,) = (tmp_path / "cache").glob("*/bootstrap.json")
+    summary.write_text('{"config": ')
+    code, _, err = _bootstrap_cli(tmp_path, capsys)
+    assert code == 2 and str(summary) in err and "Traceback" not in err
 
 
 def test_a_pipeline_whose_bootstrap_pauses_exits_with_the_pause_code(tmp_path, capsys):

@@ -72,6 +72,8 @@ def test_train_command_runs_and_resumes(tmp_path, capsys):
         (["env=trace/no_such_capability-v0"], "unknown env id 'trace/no_such_capability-v0'"),
         (["env=trace/retail-sim-v0", "grpo.group_size=1"], "group_size must be >= 2"),
         (["env=trace/retail-sim-v0", "+grpo.lr_typo=1"], "grpo.lr_typo: unknown key"),
+        # hints asked of an env that gives none: refused before the model loads (the model path does not exist)
+        (["env=trace_envs.examples.calculator:my/calc-v0", "grpo.hint_fraction=0.5"], "does not support hints"),
     ],
 )
 def test_train_command_fails_fast(tmp_path, capsys, overrides, message):

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -57,3 +59,78 @@ def test_policy_from_config(tmp_path):
     assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
     with pytest.raises(ValueError, match="corpus"):
         policy_from_config(cfg)
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-0.5B-Instruct", "meta-llama/Llama-3.1-8B-Instruct",
+                                  "Qwen/Qwen3-30B-A3B-Instruct-2507", "gpt2"])
+def test_a_hub_id_with_dots_goes_to_the_hub(monkeypatch, name):
+    """A hub id is `name` or `org/name`, dots included; no network here, so the loaders are stand-ins."""
+    from trace_train.model import factory
+
+    asked = []
+
+    class Loaded:
+        def to(self, device):
+            return self
+
+        def eval(self):
+            return self
+
+    def fake(source, **kwargs):
+        asked.append(source)
+        return Loaded()
+
+    monkeypatch.setattr(factory.AutoTokenizer, "from_pretrained", fake)
+    monkeypatch.setattr(factory.AutoModelForCausalLM, "from_pretrained", fake)
+    load_policy(name, local_files_only=True)
+    assert asked == [name, name] and not factory.is_local_path(name)
+
+
+@pytest.mark.parametrize("name", ["./missing", "../missing/policy", "/abs/missing", "~/missing-policy-dir",
+                                  "runs/out/missing", "/abs/Qwen3-0.6B"])
+def test_a_missing_local_path_says_it_does_not_exist(monkeypatch, name):
+    from trace_train.model import factory
+
+    def never(*args, **kwargs):
+        raise AssertionError("a local path must not reach the loaders")
+
+    monkeypatch.setattr(factory.AutoTokenizer, "from_pretrained", never)
+    assert factory.is_local_path(name)
+    with pytest.raises(PolicyLoadError, match="does not exist"):
+        load_policy(name)
+
+
+def test_an_existing_relative_directory_is_local(tmp_path, monkeypatch):
+    from trace_train.model import factory
+
+    (tmp_path / "policy.v2").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert factory.is_local_path("policy.v2") and not factory.is_local_path("policy.v3")
+
+
+def _damaged_copy(tokenizer, tmp_path, name, damage):
+    import shutil
+
+    good = tmp_path / "good"
+    if not good.exists():
+        save_policy(build_model("tiny", tokenizer, seed=0), tokenizer, good)
+    target = tmp_path / name.replace(".", "_")
+    shutil.copytree(good, target)
+    damage(target / name)
+    return target
+
+
+@pytest.mark.parametrize("name,damage,says", [
+    ("model.safetensors", lambda p: p.write_bytes(p.read_bytes()[:1000]), "model.safetensors"),
+    ("model.safetensors", lambda p: p.write_bytes(b""), "model.safetensors"),
+    ("tokenizer.json", lambda p: p.write_text("{}"), "tokenizer"),
+    ("tokenizer.json", lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "model": {"vocab": 3}})),
+     "tokenizer"),  # the tokenizers library raises a bare Exception
+    ("config.json", lambda p: p.write_text("[]"), "config.json"),
+])
+def test_damaged_policy_files_raise_policy_load_error(tokenizer, tmp_path, name, damage, says):
+    target = _damaged_copy(tokenizer, tmp_path, name, damage)
+    with pytest.raises(PolicyLoadError, match="local directory") as info:
+        load_policy(target)
+    message = str(info.value)
+    assert str(target) in message and says in message

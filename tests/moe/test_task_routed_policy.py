@@ -207,6 +207,30 @@ def test_rollout_command_plays_the_task_router_policy_group(comp, played, tmp_pa
     assert [r.info["route"]["slot"] for r in saved] == [r.info["route"]["slot"] for r in records[:2]]
 
 
+def test_rollout_command_takes_descriptions_on_the_command_line_and_refuses_a_router_without(comp, played,
+                                                                                              tmp_path, capsys):
+    """``policy.route_descriptions={name: text}`` is an ordinary override (the group's default is null, not a
+    closed mapping); a composition whose adapters have no description is a one-line refusal before any work."""
+    from tests.cli_runner import run_cli
+
+    base, plain, _ = comp
+    described = "{" + ", ".join(f'{k}: "{v}"' for k, v in DESCRIPTIONS.items()) + "}"
+    common = ["policy=task_router", f"policy.model={base}", f"policy.adapter={plain}", "policy.greedy=true",
+              "policy.max_new_tokens=8", "split=test", "episodes=2"]
+    out = tmp_path / "routed.jsonl"
+    code, _, stderr = run_cli("rollout", *common, f"policy.route_descriptions={described}", f"out={out}",
+                              hydra_dir=tmp_path / "hydra", capsys=capsys)
+    assert code == 0, stderr
+    _, _, records = played
+    from trace_envs.records import read_trajectories
+
+    assert [r.info["route"]["slot"] for r in read_trajectories(out)] == [r.info["route"]["slot"] for r in records[:2]]
+    refused = tmp_path / "refused.jsonl"
+    code, _, stderr = run_cli("rollout", *common, f"out={refused}", hydra_dir=tmp_path / "hydra2", capsys=capsys)
+    assert code == 2 and "no description for adapter(s)" in stderr and "Traceback" not in stderr
+    assert not refused.exists()
+
+
 def test_a_route_corpus_routes_by_the_nearest_solved_requests(comp, tmp_path):
     import numpy as np
 

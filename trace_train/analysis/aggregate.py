@@ -52,6 +52,10 @@ class Thresholds:
     k: int = 8
     epsilon: float = 1e-9
 
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"Thresholds.k must be >= 1 (K of the N runs a capability must pass), got {self.k}")
+
 
 @dataclass(frozen=True)
 class RunStats:
@@ -194,12 +198,17 @@ def run_stats(
     )
 
 
+def _never_labeled(stats: Sequence[RunStats]) -> bool:
+    """No run labeled the capability LACKING or PRESENT on any episode (all NA or missing)."""
+    return all(s.lacking_failed + s.present_failed + s.lacking_passed + s.present_passed == 0 for s in stats)
+
+
 def _reason(stats: Sequence[RunStats], n_passed: int, k: int, thresholds: Thresholds) -> str:
     n = len(stats)
+    if _never_labeled(stats):  # never kept, whatever the thresholds: there is no evidence either way
+        return f"dropped: never applicable (no LACKING or PRESENT label; all NA or missing) in {n} runs"
     if n_passed >= k:
         return f"kept: passed {n_passed}/{n} runs (K={k})"
-    if all(s.lacking_failed + s.present_failed + s.lacking_passed + s.present_passed == 0 for s in stats):
-        return f"dropped: never applicable (all NA or missing) in {n} runs"
     low_cov = sum(not s.cov_ok for s in stats)
     low_delta = sum(not s.delta_ok for s in stats)
     parts = []
@@ -219,6 +228,11 @@ def aggregate(
     """Aggregate N labeling runs over ``success`` (episode_id -> passed?) into an AnalysisResult."""
     if not runs:
         raise ValueError("aggregate needs at least one labeling run")
+    if not success:
+        raise ValueError("aggregate needs at least one trajectory: success (episode id -> passed?) is empty")
+    repeated = sorted(name for name, count in Counter(c.name for c in capabilities).items() if count > 1)
+    if repeated:
+        raise ValueError(f"capabilities {repeated} are given more than once; each candidate is aggregated once")
     if thresholds.k > len(runs):
         logger.warning("K=%d exceeds the number of runs N=%d: nothing can be selected", thresholds.k, len(runs))
     results = []
@@ -233,7 +247,8 @@ def aggregate(
         )[:MAX_EXAMPLES]
         result = CapabilityResult(
             name=cap.name, description=cap.description, runs=stats, n_runs_passed=n_passed,
-            selected=n_passed >= thresholds.k, reason=_reason(stats, n_passed, thresholds.k, thresholds),
+            selected=n_passed >= thresholds.k and not _never_labeled(stats),  # no label is no evidence
+            reason=_reason(stats, n_passed, thresholds.k, thresholds),
             mean_cov=float(covs.mean()), std_cov=float(covs.std()),
             mean_delta=float(deltas.mean()), std_delta=float(deltas.std()),
             example_failed_cases=examples,

@@ -48,6 +48,9 @@ class LLMLabelerConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_labeled_fraction <= 1.0:
             raise ValueError(f"min_labeled_fraction must be in [0, 1], got {self.min_labeled_fraction}")
+        for key, minimum in (("batch_size", 1), ("max_candidates", 1), ("retries", 0), ("label_retries", 0)):
+            if getattr(self, key) < minimum:
+                raise ValueError(f"analysis.llm.{key} must be >= {minimum}, got {getattr(self, key)}")
 
 
 @dataclass
@@ -63,6 +66,11 @@ class AnalysisConfig:
     llm: LLMLabelerConfig = field(default_factory=LLMLabelerConfig)
 
     def __post_init__(self) -> None:
+        for key, low in (("rho", 0.0), ("delta", -1.0)):  # Cov is a share, Δ a difference of two shares
+            if not low <= getattr(self, key) <= 1.0:  # NaN fails too
+                raise ValueError(f"analysis.{key} must be in [{low:g}, 1], got {getattr(self, key)}")
+        if not self.epsilon >= 0.0:
+            raise ValueError(f"analysis.epsilon must be >= 0, got {self.epsilon}")
         if self.n_runs < 1 or not 1 <= self.k <= self.n_runs:
             raise ValueError(f"need n_runs >= 1 and 1 <= k <= n_runs, got k={self.k}, n_runs={self.n_runs}")
 

@@ -302,7 +302,32 @@ def _batch_parser(todo: set[str], caps: dict[str, str], stats: _RunStats):
 
 
 def load_capabilities(path: str | Path) -> list[Capability]:
-    """Read a candidate dictionary (``{"candidates": [{name, description}]}`` or a bare list)."""
-    value = json.loads(Path(path).read_text(encoding="utf-8"))
+    """Read a candidate dictionary (``{"candidates": [{name, description}]}`` or a bare list).
+
+    Names are snake_cased; a file that cannot be read as that shape, an entry without a string name and description,
+    a name that snake_cases to nothing, or two names equal after snake_case raise ``ValueError`` naming the file
+    and the entry."""
+    path = Path(path)
+    shape = 'give {"candidates": [{"name": ..., "description": ...}, ...]} or a bare list of such entries'
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"capabilities file {path}: cannot read it as JSON ({exc}); {shape}") from exc
     items = value.get("candidates", value) if isinstance(value, dict) else value
-    return [Capability(snake_case(i["name"]), str(i["description"])) for i in items]
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"capabilities file {path}: holds no list of capabilities; {shape}")
+    caps: list[Capability] = []
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        where = f"capabilities file {path}, entry {index}"
+        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("name", "description")):
+            raise ValueError(f"{where}: needs a string name and a string description, got {str(item)[:100]!r}")
+        name = snake_case(item["name"])
+        if not name:
+            raise ValueError(f"{where}: name {item['name']!r} is empty in snake_case (which keeps a-z and 0-9)")
+        if name in first:
+            raise ValueError(f"{where}: name {item['name']!r} is {name!r} in snake_case, as is entry {first[name]}'s; "
+                             "capability names must differ")
+        first[name] = index
+        caps.append(Capability(name, item["description"]))
+    return caps

@@ -13,6 +13,7 @@ import importlib
 import itertools
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -86,6 +87,9 @@ def capabilities_for(domain: str, include_generic: bool = True, names: Iterable[
             caps.setdefault(name, cap)
     if names is not None:
         wanted = list(names)
+        repeated = sorted(n for n, count in Counter(wanted).items() if count > 1)
+        if repeated:
+            raise ValueError(f"capabilities {repeated} are named more than once in {wanted}; name each once")
         unknown = [n for n in wanted if n not in caps]
         if unknown:
             raise KeyError(f"unknown capabilities for domain {domain!r}: {unknown}; known: {sorted(caps)}")

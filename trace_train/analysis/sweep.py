@@ -26,6 +26,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from trace_envs.atomic_io import write_text_atomic
+from trace_train.analysis.aggregate import Thresholds
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +52,11 @@ class TaskTruth:
         fail_rest = rest_f / (rest_f + rest_p) if rest_f + rest_p else 0.0
         return cov, fail_req - fail_rest
 
-    def selection(self, rho: float, delta: float) -> list[str]:
+    def selection(self, rho: float, delta: float, epsilon: float = Thresholds().epsilon) -> list[str]:
+        """The capabilities with ``Cov >= rho - epsilon`` and ``Δ >= delta - epsilon``: the analysis's own rule
+        (:func:`trace_train.analysis.aggregate.run_stats`), so a ratio exactly at a threshold passes."""
         caps = sorted(set(self.failed_requiring) | set(self.passed_requiring))
-        return [c for c in caps if (st := self.stats(c))[0] >= rho and st[1] >= delta]
+        return [c for c in caps if (st := self.stats(c))[0] >= rho - epsilon and st[1] >= delta - epsilon]
 
 
 def task_truth(trajectories: str | Path) -> TaskTruth | None:
@@ -120,7 +123,9 @@ def collect_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
             truths[traj] = task_truth(traj)
         truth = truths.get(traj) if traj is not None else None
         if truth is not None and thr.get("rho") is not None and thr.get("delta") is not None:
-            gt = truth.selection(float(thr["rho"]), float(thr["delta"]))
+            epsilon = thr.get("epsilon")  # the job's own tolerance (written since thresholds had one)
+            gt = truth.selection(float(thr["rho"]), float(thr["delta"]),
+                                 Thresholds().epsilon if epsilon is None else float(epsilon))
             precision, recall = _precision_recall(selected, gt)
             row |= {"ground_truth": ";".join(gt), "precision": precision, "recall": recall}
         rows.append(row)

@@ -132,6 +132,25 @@ class BootstrapConfig:
     focus: FocusConfig | None = None
 
     def __post_init__(self) -> None:
+        for key in ("steps", "batch_size", "checkpoint_every", "max_len"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"bootstrap.{key} must be >= 1, got {getattr(self, key)}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"bootstrap.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.stop_step is not None and self.stop_step < 1:
+            raise ValueError(f"bootstrap.stop_step must be >= 1 or null (train all of bootstrap.steps), got "
+                             f"{self.stop_step}")
+        if not self.lr > 0:  # NaN fails too
+            raise ValueError(f"bootstrap.lr must be > 0, got {self.lr}")
+        for key in ("hint_fraction", "hint_uptake", "system_note_fraction"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"bootstrap.{key} must be in [0, 1], got {getattr(self, key)}")
+        from trace_train.bootstrap.decisions import DECISIONS
+
+        unknown = [d for d in self.decisions if d not in DECISIONS]
+        if unknown or not self.decisions or len(set(self.decisions)) != len(self.decisions):
+            raise ValueError(f"bootstrap.decisions must be distinct names from {list(DECISIONS)}, got "
+                             f"{list(self.decisions)}")
         if self.packing not in BOOTSTRAP_PACKING:
             raise ValueError(f"bootstrap.packing must be one of {BOOTSTRAP_PACKING}, got {self.packing!r}")
         if self.atomic_numbers < 0:
@@ -165,7 +184,7 @@ class BootstrapConfig:
 
     @property
     def last_step(self) -> int:
-        return min(self.steps, self.stop_step) if self.stop_step else self.steps
+        return min(self.steps, self.stop_step) if self.stop_step is not None else self.steps
 
     def content_hash(self) -> str:
         """Hash of everything that determines the trained model (threads and budget excluded)."""

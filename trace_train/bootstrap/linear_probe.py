@@ -63,8 +63,9 @@ def fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int = 300, l2: float = 1e
     weights = None
     if balanced and 0 < positive_share < 1:
         weights = torch.where(y > 0, 0.5 / positive_share, 0.5 / (1 - positive_share))
-    torch.manual_seed(seed)
-    probe = torch.nn.Linear(x.shape[1], 1)
+    with torch.random.fork_rng(devices=[]):  # the probe's init depends on ``seed`` only; the caller's RNG is kept
+        torch.manual_seed(seed)
+        probe = torch.nn.Linear(x.shape[1], 1)
     optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=steps, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:

@@ -3,7 +3,7 @@
 Layout of a bootstrap directory (``<cache>/<config hash>/``)::
 
     tokenizer/            the domain tokenizer (trained once)
-    checkpoint.pt         model + optimizer + RNG + step (atomic; the resume point)
+    checkpoint.pt         model + optimizer + RNG + step + loss EMA (atomic; the resume point)
     metrics.jsonl         one line per logged step
     model/                the final policy in Hugging Face format (model + tokenizer)
     bootstrap.json        config, its hash, final probe metrics, wall time, the model's fingerprint
@@ -115,14 +115,32 @@ class BootstrapPaused(RuntimeError):
 
 
 def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                     elapsed: float, head: DecisionHead | None = None) -> None:
+                     elapsed: float, head: DecisionHead | None = None, loss_ema: float | None = None) -> None:
     tmp = path.with_suffix(".tmp")
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-             "elapsed": elapsed, "torch_rng": torch.get_rng_state()}
+             "elapsed": elapsed, "torch_rng": torch.get_rng_state(), "loss_ema": loss_ema}
     if head is not None:
         state["decision_head"] = head.state_dict()
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+_CHECKPOINT_KEYS = ("model", "optimizer", "step", "elapsed", "torch_rng")
+
+
+def _damaged(path: Path, exc: BaseException | str, fix: str) -> ValueError:
+    """The one-line error for a cache file that cannot be read (truncated, empty, not what it should hold)."""
+    detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return ValueError(f"bootstrap cache file {path} is damaged ({detail}); {fix}")
+
+
+def _load_tokenizer(directory: Path, stage_dir: Path):
+    """``AutoTokenizer.from_pretrained(directory)``; a damaged tokenizer raises ``ValueError`` naming the file."""
+    try:
+        return AutoTokenizer.from_pretrained(directory)
+    except Exception as exc:  # json, transformers and the tokenizers library's bare Exception alike
+        raise _damaged(directory / "tokenizer.json", exc, f"delete the stage's cache directory {stage_dir} to "
+                       "retrain it") from exc
 
 
 class Bootstrapper:
@@ -143,7 +161,7 @@ class Bootstrapper:
     def _tokenizer(self):
         tok_dir = self.dir / "tokenizer"
         if (tok_dir / "tokenizer.json").exists():
-            return AutoTokenizer.from_pretrained(tok_dir)
+            return _load_tokenizer(tok_dir, self.dir)
         tokenizer = train_tokenizer(self.cfg)
         tmp = self.dir / "tokenizer.tmp"
         tokenizer.save_pretrained(tmp)
@@ -159,10 +177,23 @@ class Bootstrapper:
         Raises :class:`BootstrapPaused` when ``cfg.time_budget_min`` runs out first (the checkpoint is saved)."""
         if self.is_done():
             logger.info("bootstrap %s is cached at %s", self.config_hash, self.dir)
-            summary = json.loads((self.dir / "bootstrap.json").read_text())
+            summary = self._cached_summary()
         else:
             summary = self._train(progress)
         return self._with_linear_probes(summary) if linear_probes else summary
+
+    def _cached_summary(self) -> dict[str, Any]:
+        """The finished stage's ``bootstrap.json``; a damaged one raises ``ValueError`` naming it."""
+        path = self.dir / "bootstrap.json"
+        fix = (f"delete it to rebuild it from the stage's checkpoint, or delete the stage's cache directory {self.dir} "
+               "to retrain it")
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _damaged(path, exc, fix) from exc
+        if not isinstance(summary, dict):
+            raise _damaged(path, "not a JSON object", fix)
+        return summary
 
     def _with_linear_probes(self, summary: dict[str, Any]) -> dict[str, Any]:
         if "linear_probes" in summary:
@@ -174,6 +205,18 @@ class Bootstrapper:
         write_json_atomic(self.dir / "bootstrap.json", summary)
         return summary
 
+    def _checkpoint(self, path: Path) -> dict[str, Any]:
+        """The state saved at ``path``; a checkpoint that cannot be read raises ``ValueError`` naming it."""
+        fix = f"delete the stage's cache directory {self.dir} to retrain it"
+        try:
+            state = torch.load(path, weights_only=False)
+        except Exception as exc:  # truncated zip, empty file, garbage: RuntimeError, EOFError, UnpicklingError, ...
+            raise _damaged(path, exc, fix) from exc
+        missing = [k for k in _CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else ["all"]
+        if missing or (self.cfg.decision_loss_weight > 0 and "decision_head" not in state):
+            raise _damaged(path, f"missing {missing or ['decision_head']}", fix)
+        return state
+
     def _train(self, progress: bool) -> dict[str, Any]:
         cfg = self.cfg
         torch.set_num_threads(cfg.threads)
@@ -182,7 +225,7 @@ class Bootstrapper:
         if cfg.parent is not None:
             parent = Bootstrapper(cfg.parent, self.dir.parent)
             parent.run(progress=progress)
-            tokenizer = AutoTokenizer.from_pretrained(parent.model_dir)
+            tokenizer = _load_tokenizer(parent.model_dir, parent.dir)
             tokenizer.chat_template = chat_template("full" if cfg.render_tools else "none")
         else:
             tokenizer = self._tokenizer()
@@ -203,21 +246,21 @@ class Bootstrapper:
         params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
         optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
         ckpt_path = self.dir / "checkpoint.pt"
-        start_step, elapsed = 0, 0.0
+        start_step, elapsed, ema = 0, 0.0, None
         if ckpt_path.exists():
-            state = torch.load(ckpt_path, weights_only=False)
+            state = self._checkpoint(ckpt_path)
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             if head is not None:
                 head.load_state_dict(state["decision_head"])
             torch.set_rng_state(state["torch_rng"])
             start_step, elapsed = state["step"], state["elapsed"]
+            ema = state.get("loss_ema")  # None in a checkpoint written before the EMA was saved
             drop_rows_from(self.dir / "metrics.jsonl", "step", start_step + 1)  # rows of steps to be replayed
             logger.info("resuming bootstrap %s at step %d", self.config_hash, start_step)
         budget_s = math.inf if cfg.time_budget_min is None else cfg.time_budget_min * 60
         invoked = time.perf_counter()  # the budget is per invocation: a continued run gets it afresh
         started = invoked - elapsed
-        ema = None
         columns = [TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
         with Progress(*columns, disable=not progress) as bar:
@@ -242,9 +285,9 @@ class Bootstrapper:
                         row["decision_loss"] = decision_loss.item()
                     append_jsonl(self.dir / "metrics.jsonl", row)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
-                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema)
                 if time.perf_counter() - invoked > budget_s and step + 1 < cfg.last_step:
-                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema)
                     raise BootstrapPaused(self.config_hash, step + 1, cfg.last_step, cfg.time_budget_min, self.dir)
         model.eval()
         probe = teacher_forced_probe(model, tokenizer, renderer, cfg, decision_head=head)

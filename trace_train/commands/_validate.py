@@ -262,3 +262,7 @@ def check_policy_spec(spec: Any, key: str) -> None:
         existing_path(spec.adapter, f"{key}.adapter", "adapter directory", must_be="dir")
     if spec.kind == "task_router" and spec.route_corpus:
         existing_path(spec.route_corpus, f"{key}.route_corpus", "route corpus JSON file", must_be="file")
+    if spec.kind == "task_router" and spec.adapter:  # every adapter needs a description to be routed to
+        from trace_moe.routers import composition_labels
+
+        composition_labels(spec.adapter, spec.route_descriptions or None)

@@ -48,7 +48,10 @@ def main(cfg: DictConfig) -> None:
         except ImportError as exc:
             fail("analyze", f"imports=[{module}]: cannot import module {module!r} ({exc})")
     report = ReadReport()
-    records = read_trajectories(trajectories, report)
+    try:
+        records = read_trajectories(trajectories, report)
+    except ValueError as exc:  # a RecordError names the file and line
+        fail("analyze", str(exc))
     if report.truncated_last_line:
         logger.warning("%s: truncated last line skipped", cfg.trajectories)
     meta = {"trajectories": str(cfg.trajectories)}

@@ -70,6 +70,8 @@ def main(cfg: DictConfig) -> None:
         summary = runner.run(linear_probes=True)
     except BootstrapPaused as exc:
         paused("bootstrap", str(exc))
+    except ValueError as exc:  # e.g. a damaged cache file: named, with how to recover
+        fail("bootstrap", str(exc))
     logger.info("bootstrap %s: %s", runner.config_hash, json.dumps(summary["probe"]))
     fingerprint = summary.get("model_fingerprint") or model_fingerprint(runner.model_dir)  # older caches lack it
     console = Console(stderr=True)

@@ -80,7 +80,10 @@ def main(cfg: DictConfig) -> None:
                 before = check_existing_output(out, if_exists)
             except ValueError as exc:  # includes RecordError: a bad line of the file to append to
                 exit_with("rollout", str(exc))
-            backend, adapter = build_backend(spec)
+            try:
+                backend, adapter = build_backend(spec)
+            except ValueError as exc:  # e.g. a task router over adapters without descriptions
+                exit_with("rollout", str(exc))
             records = run_rollouts(backend, requests, spec.sampling, adapter, counts["batch_episodes"],
                                    progress=track)
             write_output(out, records, if_exists)

@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
     from trace_train.commands._validate import ConfigError, check_counts, check_groups, fail, model_dir
     from trace_train.grpo import GRPOConfig, GRPOTrainer
     from trace_train.grpo.checkpoint import check_resumable
-    from trace_train.grpo.config import check_output_dir, normalize_envs
+    from trace_train.grpo.config import check_hint_support, check_output_dir, normalize_envs
 
     output_dir = Path(to_absolute_path(str(cfg.output_dir)))
     try:
@@ -50,6 +50,8 @@ def main(cfg: DictConfig) -> None:
         gcfg.validate()
         envs = normalize_envs(env)
         resolve_cfg_envs(cfg, list(envs))
+        if gcfg.hint_fraction > 0:  # before the model loads
+            check_hint_support(list(envs), OmegaConf.to_container(cfg.env_kwargs, resolve=True) or {})
         check_output_dir(output_dir, str(cfg.adapter), bool(cfg.resume))
         if cfg.resume:
             check_resumable(output_dir, str(cfg.adapter))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,21 @@ def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, path
     return path
 
 
+def is_local_path(name_or_path: str | Path) -> bool:
+    """Whether ``load_policy`` reads ``name_or_path`` as a local directory rather than a hub id.
+
+    Local: it exists, or starts with ``.``, ``/`` or ``~``, or has more than one ``/`` (a hub id is ``name`` or
+    ``org/name``, and may hold dots: ``Qwen/Qwen3-0.6B``, ``meta-llama/Llama-3.1-8B-Instruct``)."""
+    text = str(name_or_path)
+    return Path(text).expanduser().exists() or text.startswith((".", "/", "~")) or text.count("/") > 1
+
+
+# What a damaged or missing checkpoint raises while loading: transformers' OSError / ValueError, a truncated
+# *.safetensors file's SafetensorError, KeyError / TypeError from ill-shaped JSON, and the tokenizers library's
+# bare ``Exception`` (it has no exception class of its own).
+_LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, SafetensorError)
+
+
 def load_policy(
     name_or_path: str | Path,
     device: str = "cpu",
@@ -102,25 +118,35 @@ def load_policy(
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load ``(model, tokenizer)`` from a local HF directory or a hub name.
 
-    A name that is not an existing directory is treated as a hub id; when the hub cannot be
-    reached (or ``local_files_only``) and it is not cached, raises ``PolicyLoadError``.
+    A name that is not a local path (:func:`is_local_path`) is treated as a hub id; when the hub cannot be
+    reached (or ``local_files_only``) and it is not cached, raises ``PolicyLoadError``. A missing local
+    directory, or damaged files in one, raise ``PolicyLoadError`` too.
     """
     path = Path(name_or_path).expanduser()
-    is_local = path.is_dir()
-    if not is_local and (str(name_or_path).startswith((".", "/", "~")) or path.suffix):
-        raise PolicyLoadError(f"policy directory {str(name_or_path)!r} does not exist")
+    is_local = is_local_path(name_or_path)
+    if is_local and not path.is_dir():
+        problem = "is not a directory" if path.exists() else "does not exist"
+        raise PolicyLoadError(f"policy directory {str(name_or_path)!r} {problem}")
     source = str(path) if is_local else str(name_or_path)
     kwargs: dict[str, Any] = {}
     if local_files_only is not None:
         kwargs["local_files_only"] = local_files_only
+    part = "its tokenizer (tokenizer.json, tokenizer_config.json, config.json)"
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        part = "its model (config.json, the *.safetensors weights)"
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _LOAD_ERRORS) and type(exc) is not Exception:  # bare Exception: tokenizers
+            raise
+        if isinstance(exc, SafetensorError) and is_local:
+            weights = ", ".join(sorted(p.name for p in path.glob("*.safetensors"))) or "*.safetensors"
+            part = f"its weights {weights} (damaged or truncated)"
         where = "local directory" if is_local else (
             f"hub model (there is no local directory {path.resolve()}; is the hub reachable? the shipped base is "
             "${shipped:retail-sim-tiny} in a config, trace_train.paths.shipped_checkpoint() in code)")
-        raise PolicyLoadError(f"could not load policy {source!r} as a {where}: {exc}") from exc
+        detail = " ".join(str(exc).split())  # one line
+        raise PolicyLoadError(f"could not load policy {source!r} as a {where}, reading {part}: {detail}") from exc
     model.to(device)
     model.eval()
     return model, tokenizer
