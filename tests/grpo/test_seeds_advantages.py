@@ -54,3 +54,11 @@ def test_batch_std_and_none_modes():
         group_advantages(rewards, 1)
     with pytest.raises(ValueError, match="do not split"):
         group_advantages(rewards, 3)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_reward_is_refused_before_it_reaches_the_update(bad):
+    """One NaN makes its group non-constant and every advantage of it NaN; the update would then write NaN into
+    every adapter tensor. It is an error naming where it is instead."""
+    with pytest.raises(ValueError, match=r"rewards must be finite numbers: .* at position 5 \(group 1"):
+        group_advantages([0.0, 1.0, 0.0, 1.0, 0.0, bad, 1.0, 0.0], group_size=4)

@@ -291,3 +291,19 @@ def test_a_run_killed_before_its_first_checkpoint_logs_each_iteration_once_when_
     assert [r["iteration"] for r in rows] == [0, 1]
     seeds = [json.loads(line) for line in (tmp_path / "seeds.jsonl").read_text().splitlines()]
     assert [s["iteration"] for s in seeds] == [0, 0, 1, 1]  # 2 groups per iteration, none doubled
+
+
+def test_resuming_with_other_training_settings_is_refused(tmp_path):
+    """The optimizer state would bring back the checkpoint's learning rate while config.json recorded the new one,
+    and later iterations would draw other groups: a resume must train with the settings it started with (how long
+    it runs and how it logs may change)."""
+    first, _ = make_trainer(tmp_path, small_config(iterations=2, checkpoint_every=2))
+    first.train()
+    for changed in (dict(lr=1.0), dict(seed=99), dict(group_size=2), dict(weight_decay=0.5)):
+        with pytest.raises(ValueError, match=f"trained with other settings \\({next(iter(changed))}: "):
+            make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=2, **changed), resume=True)
+    with pytest.raises(ValueError, match="env: "):
+        make_trainer(tmp_path, small_config(iterations=4), env={ENV_ID: 1.0, "trace/retail-sim-v0": 1.0},
+                     resume=True)
+    again, _ = make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=1, progress=False), resume=True)
+    assert again.start_iteration == 2

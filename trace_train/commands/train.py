@@ -38,7 +38,7 @@ def main(cfg: DictConfig) -> None:
     from trace_train.commands._env_refs import resolve_cfg_envs
     from trace_train.commands._validate import ConfigError, check_counts, check_groups, fail, model_dir
     from trace_train.grpo import GRPOConfig, GRPOTrainer
-    from trace_train.grpo.checkpoint import check_resumable
+    from trace_train.grpo.checkpoint import check_resumable, check_resume_config
     from trace_train.grpo.config import check_hint_support, check_output_dir, normalize_envs
 
     output_dir = Path(to_absolute_path(str(cfg.output_dir)))
@@ -53,8 +53,8 @@ def main(cfg: DictConfig) -> None:
         if gcfg.hint_fraction > 0:  # before the model loads
             check_hint_support(list(envs), OmegaConf.to_container(cfg.env_kwargs, resolve=True) or {})
         check_output_dir(output_dir, str(cfg.adapter), bool(cfg.resume))
-        if cfg.resume:
-            check_resumable(output_dir, str(cfg.adapter))
+        if cfg.resume and check_resumable(output_dir, str(cfg.adapter)) is not None:
+            check_resume_config(output_dir, gcfg.to_dict(), envs)
         if cfg.model.get("name_or_path"):
             source = model_dir(cfg.model.name_or_path, "model.name_or_path")
         elif cfg.get("tiny_policy_dir"):

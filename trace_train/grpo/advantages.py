@@ -42,6 +42,10 @@ def group_advantages(
         raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {group_size}")
     if r.ndim != 1 or r.size % group_size:
         raise ValueError(f"{r.size} rewards do not split into groups of {group_size}")
+    bad = np.flatnonzero(~np.isfinite(r))
+    if bad.size:  # one NaN would make its whole group's advantages NaN, and the update would poison the adapter
+        raise ValueError(f"rewards must be finite numbers: {r[bad[0]]} at position {int(bad[0])} (group "
+                         f"{int(bad[0]) // group_size}, {bad.size} in all); the env returned a non-finite reward")
     grouped = r.reshape(-1, group_size)
     centred = grouped - grouped.mean(axis=1, keepdims=True)
     constant = (grouped.max(axis=1) - grouped.min(axis=1)) <= constant_tol

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,35 @@ def check_resumable(output_dir: str | os.PathLike, adapter: str) -> Path | None:
     if checkpoint is not None and (saved := checkpoint_adapter(checkpoint)) != adapter:
         raise ValueError(f"checkpoint {checkpoint} is for adapter {saved!r}, not {adapter!r}")
     return checkpoint
+
+
+# grpo settings a resumed run may change: how long it runs and how it logs, not what it trains
+RESUMABLE_CHANGES = frozenset({"iterations", "checkpoint_every", "threads", "progress", "tensorboard", "trackers",
+                               "tracker_project"})
+
+
+def check_resume_config(output_dir: str | os.PathLike, grpo: Mapping[str, Any], env: Any) -> None:
+    """``ValueError`` when resuming in ``output_dir`` with other training settings than its ``config.json``
+    records (the optimizer state would also bring back the old learning rate while config.json claimed the new
+    one); keys a run made before them lacks are not compared."""
+    path = Path(output_dir) / "config.json"
+    if not path.exists():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        before, saved_env = dict(saved.get("grpo") or {}), saved.get("env")
+    except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+        raise ValueError(f"{path} is damaged ({exc}); delete {output_dir} to train from scratch") from None
+    now = json.loads(json.dumps(dict(grpo), default=str))  # tuples as the saved JSON holds them
+    changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(set(before) & set(now))
+               if k not in RESUMABLE_CHANGES and before[k] != now[k]]
+    env_now = json.loads(json.dumps(env, default=str))
+    if saved_env is not None and saved_env != env_now:
+        changed.append(f"env: {saved_env!r} -> {env_now!r}")
+    if changed:
+        raise ValueError(f"resume=true in {output_dir}, which was trained with other settings ("
+                         f"{'; '.join(changed[:6])}); resume with the settings of its config.json, or train into "
+                         "a new output_dir")
 
 
 def load_checkpoint(

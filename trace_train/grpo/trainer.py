@@ -33,7 +33,7 @@ from trace_envs.records import (
 )
 from trace_train.grpo import dist
 from trace_train.grpo.advantages import group_advantages
-from trace_train.grpo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trace_train.grpo.checkpoint import check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint
 from trace_train.grpo.config import (
     GRPOConfig,
     check_env_ids,
@@ -151,6 +151,7 @@ class GRPOTrainer:
         self.start_iteration = 0
         checkpoint = latest_checkpoint(self.output_dir) if resume else None
         if checkpoint is not None:
+            check_resume_config(self.output_dir, config.to_dict(), self.envs)
             state = load_checkpoint(checkpoint, self.model, adapter, self.optimizer)
             self.start_iteration = int(state["iteration"])
             logger.info("resumed %s from %s (iteration %d)", adapter, checkpoint, self.start_iteration)

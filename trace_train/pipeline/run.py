@@ -180,9 +180,13 @@ class Pipeline:
             names.insert(names.index("grpo_target"), "grpo_target_4x")
         keys = {name: f"baselines/{name}{tag}" for name in names}
         budget = grpo_cfg.iterations * max(1, len(envs)) * per_iteration
+        row_hashes: dict[str, str] = {}
         for name in names:
             override = cfg.baseline_grpo.get(name)
             h_row = content_hash(h, name, sorted(envs), *([override] if override else []))
+            if from_4x and name == "grpo_target":  # a checkpoint of the 4x run: whatever retrains it redoes this
+                h_row = content_hash(h_row, "from_4x", row_hashes["grpo_target_4x"])
+            row_hashes[name] = h_row
             row_cfg = cfg.baseline_grpo_cfg(name, grpo_cfg)
 
             def train(done: Mapping[str, Any], name=name, h_row=h_row, row_cfg=row_cfg) -> dict[str, Any]:

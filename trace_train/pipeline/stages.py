@@ -6,6 +6,7 @@ their checkpoints, so an interrupted run continues where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import asdict, replace
@@ -234,7 +235,17 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     write_json_atomic(out_dir / "routing_report.json", report.to_dict())
     write_json_atomic(out_dir / "compose_metrics.json", {"train": metrics.to_dict(), "examples": len(train),
                                                          "held_out": len(held)})
-    return {**outputs, "routing_accuracy": report.to_dict().get("token_accuracy")}
+    return {**outputs, "routing_accuracy": report.to_dict().get("token_accuracy"),
+            "composition_sha256": composition_fingerprint(out_dir / "composed")}
+
+
+def composition_fingerprint(composed_dir: Path) -> str:
+    """sha256 over a saved composition's files (gates, ``compose.json``, an episode router): in the compose stage's
+    outputs, so that the stages that read the composed model see new gates even when every path stays the same."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(composed_dir).iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],
@@ -290,7 +301,8 @@ def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: d
                                                          "held_out": len(held), **outputs})
     return {**outputs, "composed_dir": str(out_dir / "composed"),
             "gate_rollouts": outputs.get("routing_targets", {}).get("rollouts", 0),
-            "routing_accuracy": summary.episode_accuracy}
+            "routing_accuracy": summary.episode_accuracy,
+            "composition_sha256": composition_fingerprint(out_dir / "composed")}
 
 
 def refine_gates_grpo(cfg: PipelineConfig, composed: Any, model_dir: str, moe: MoEConfig,

@@ -178,6 +178,7 @@ class OpenAIRolloutBackend:
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer)
         self.end_id = self.renderer.end_id
+        self.stop_ids = {self.end_id}  # the server stops on it alone (stop_token_ids), as _apply_turn reads
         self.router = _Router(len(self.base_urls), routing)
         http_kw: dict[str, Any] = {"api_key": api_key, "timeout": timeout, "retries": retries, "backoff_s": backoff}
         if sleep is not None:
