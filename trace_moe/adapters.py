@@ -12,11 +12,13 @@ import hashlib
 import json
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 logger = logging.getLogger(__name__)
 
@@ -98,10 +100,26 @@ def _group_lora_weights(name: str, raw: dict[str, torch.Tensor]) -> dict[str, tu
     return out
 
 
-def load_adapter(path: str | Path, name: str | None = None) -> LoraAdapter:
-    """Read one peft LoRA directory into a :class:`LoraAdapter` (weights on CPU, frozen)."""
+def default_adapter_name(path: str | Path) -> str:
+    """An adapter's name when none is given: its directory's name, or, for a version directory ``v<N>`` that
+    ``trace-rl train`` publishes (``<output_dir>/adapters/<name>/v0015``), the name of the folder above it."""
     path = Path(path)
-    name = name or path.name
+    return path.parent.name if re.fullmatch(r"v\d+", path.name) and path.parent.name else path.name
+
+
+def load_adapter(path: str | Path, name: str | None = None) -> LoraAdapter:
+    """Read one peft LoRA directory into a :class:`LoraAdapter` (weights on CPU, frozen); a damaged or ill-shaped
+    one is a ``ValueError`` naming it."""
+    path = Path(path)
+    name = name or default_adapter_name(path)
+    try:
+        return _load_adapter(path, name)
+    except (KeyError, TypeError, AttributeError, json.JSONDecodeError, SafetensorError) as exc:
+        raise ValueError(f"adapter {name!r} ({path}) is damaged or not a peft LoRA directory: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
+def _load_adapter(path: Path, name: str) -> LoraAdapter:
     cfg_file = path / CONFIG_FILE
     if not cfg_file.exists():
         raise ValueError(f"adapter {name!r} ({path}): no {CONFIG_FILE}; not a peft adapter directory")

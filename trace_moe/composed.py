@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trace_moe.adapters import LoraAdapter, check_compatible, hash_adapter_dir, load_adapters
+from trace_moe.adapters import LoraAdapter, check_compatible, default_adapter_name, hash_adapter_dir, load_adapters
 from trace_moe.gated_lora import (
     BlockGate,
     GateConfig,
@@ -66,6 +66,7 @@ class ComposedModel(nn.Module):
                  norm_attr: str = "input_layernorm") -> None:
         super().__init__()
         check_compatible(adapters)
+        _warn_base_mismatch(str(getattr(model, "name_or_path", "") or ""), adapters)
         self.gate_config = gate_config or GateConfig()
         self.norm_attr = norm_attr
         self.adapters = list(adapters)
@@ -125,7 +126,6 @@ class ComposedModel(nn.Module):
         adapters = load_adapters(adapter_dirs, adapter_names)
         kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
         model = AutoModelForCausalLM.from_pretrained(str(base), **kwargs)
-        _warn_base_mismatch(str(base), adapters)
         return cls(model, adapters, gate_config, norm_attr)
 
     # ------------------------------------------------------------------ use
@@ -210,7 +210,7 @@ class ComposedModel(nn.Module):
         save_file(state, str(out / GATES_FILE))
         meta = {
             "format_version": FORMAT_VERSION,
-            "base_model": str(getattr(self.model, "name_or_path", "") or ""),
+            "base_model": _base_reference(str(getattr(self.model, "name_or_path", "") or "")),
             "norm_attr": self.norm_attr,
             "num_layers": self.num_layers,
             "hidden_size": self.hidden_size,
@@ -237,6 +237,8 @@ class ComposedModel(nn.Module):
         from safetensors.torch import load_file
 
         in_dir = Path(in_dir)
+        if not (in_dir / COMPOSE_JSON).exists():
+            raise ValueError(f"{in_dir}: no {COMPOSE_JSON}; not a directory written by trace-rl compose")
         meta = json.loads((in_dir / COMPOSE_JSON).read_text())
         if meta.get("format_version", 0) > FORMAT_VERSION:
             raise ValueError(f"{in_dir}: compose format {meta['format_version']} is newer than this trace-rl")
@@ -258,7 +260,7 @@ class ComposedModel(nn.Module):
             kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
             model = AutoModelForCausalLM.from_pretrained(meta["base_model"], **kwargs)
         composed = cls(model, adapters, GateConfig(**meta["gate_config"]), meta.get("norm_attr", "input_layernorm"))
-        state = load_file(str(in_dir / GATES_FILE))
+        state = _finite_gates(load_file(str(in_dir / GATES_FILE)), in_dir)
         composed.gates.load_state_dict(state, strict=True)
         return composed
 
@@ -272,7 +274,10 @@ class ComposedModel(nn.Module):
         untouched; every gate keeps its trained rows for the existing slots, and the new slot's row
         starts as the mean of the existing rows with its bias ``EXTEND_MARGIN`` lower: its logit is the
         mean of the others' minus the margin, below their maximum for every token, so the extended model's
-        top-1 routing starts exactly as the saved one's.
+        top-1 routing starts exactly as the saved one's (under ``weighting: probability`` the chosen slot's
+        weight drops by the new slot's softmax share until the gates are trained again; under ``selection`` the
+        outputs are the saved composition's). Only top-1 compositions extend: with ``top_k > 1`` the new row
+        would be some token's second choice at once.
         """
         from safetensors.torch import load_file
 
@@ -285,7 +290,7 @@ class ComposedModel(nn.Module):
             actual = hash_adapter_dir(rec["path"])
             if actual != rec["sha256"]:
                 raise ValueError(f"adapter {rec['name']!r} at {rec['path']} changed since the composition was saved")
-        name = new_name or Path(new_adapter).name
+        name = new_name or default_adapter_name(new_adapter)
         if name in [r["name"] for r in records] or name == "base":
             raise ValueError(f"the composition already has a slot named {name!r}; pass another name")
         adapters = load_adapters([*(r["path"] for r in records), new_adapter], [*(r["name"] for r in records), name])
@@ -294,8 +299,12 @@ class ComposedModel(nn.Module):
 
             kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
             model = AutoModelForCausalLM.from_pretrained(meta["base_model"], **kwargs)
-        composed = cls(model, adapters, GateConfig(**meta["gate_config"]), meta.get("norm_attr", "input_layernorm"))
-        state = load_file(str(in_dir / GATES_FILE))
+        gate_config = GateConfig(**meta["gate_config"])
+        if gate_config.top_k > 1:  # the new row would be some token's second choice at once
+            raise ValueError(f"{in_dir}: extend keeps the routing of top-1 gates only (this composition routes "
+                             f"top-{gate_config.top_k}); compose again over all the adapters")
+        composed = cls(model, adapters, gate_config, meta.get("norm_attr", "input_layernorm"))
+        state = _finite_gates(load_file(str(in_dir / GATES_FILE)), in_dir)
         old = len(records) + 1
         with torch.no_grad():
             for i, gate in enumerate(composed.gates):
@@ -311,7 +320,21 @@ class ComposedModel(nn.Module):
         return composed
 
 
+def _base_reference(base: str) -> str:
+    """A local base recorded by its absolute path (a relative one would not load from another directory); a hub
+    id as it is."""
+    return str(Path(base).resolve()) if base and Path(base).is_dir() else base
+
+
+def _finite_gates(state: dict[str, torch.Tensor], where: Path) -> dict[str, torch.Tensor]:
+    """``state`` when every gate value is finite; a NaN would silently route its whole block to the base."""
+    bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"{where}: gate weights {bad[:4]} hold NaN or inf values; the gates must be trained again")
+    return state
+
+
 def _warn_base_mismatch(base: str, adapters: Sequence[LoraAdapter]) -> None:
-    recorded = adapters[0].base_model
-    if recorded and Path(recorded).name != Path(base).name:
+    recorded = adapters[0].base_model if adapters else ""
+    if base and recorded and Path(recorded).name != Path(base).name:
         logger.warning("adapters were trained on base %r but composing onto %r", recorded, base)

@@ -53,7 +53,7 @@ class GateGRPOConfig:
             errors.append(f"eps must be in (0, 1), got {self.eps}")
         if self.eps_high is not None and self.eps_high <= 0:
             errors.append(f"eps_high must be > 0, got {self.eps_high}")
-        if self.lr <= 0 or self.temperature <= 0:
+        if not (self.lr > 0 and self.temperature > 0):  # NaN included
             errors.append(f"lr and temperature must be > 0, got {self.lr} and {self.temperature}")
         if self.weight_decay < 0 or self.format_penalty < 0 or self.threads < 0:
             errors.append("weight_decay, format_penalty and threads must be >= 0")

@@ -127,9 +127,17 @@ def example_from_record(row: Mapping[str, Any], slot_names: Sequence[str],
     mask = row.get("loss_mask")
     if not ids or mask is None:
         return None
+    for key, value in (("token ids", ids), ("loss_mask", mask)):
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"{key} must be a list of integers, got {str(value)[:40]!r}")
+    if len(ids) != len(mask):
+        raise ValueError(f"{len(ids)} token ids but {len(mask)} loss_mask entries")
+    info = row.get("info")
+    if info is not None and not isinstance(info, dict):
+        raise ValueError(f"field 'info' must be an object, got {type(info).__name__}")
     label: Any = row.get("label")
     if label is None:
-        label = (row.get("info") or {}).get(capability_key)
+        label = (info or {}).get(capability_key)
     env_id = row.get("env_id")
     if label in (None, "") and env_id is not None:
         label = (env_labels or {}).get(str(env_id)) or capability_from_env_id(str(env_id), slot_names)

@@ -306,10 +306,10 @@ def static_merge(base_model: nn.Module, adapter_dirs: Sequence[str | Path], weig
     """
     from peft import PeftModel
 
-    from trace_moe.adapters import load_adapters
+    from trace_moe.adapters import default_adapter_name, load_adapters
 
     load_adapters(adapter_dirs, names)  # same compatibility checks as the composer
-    names = list(names) if names is not None else [Path(p).name for p in adapter_dirs]
+    names = list(names) if names is not None else [default_adapter_name(p) for p in adapter_dirs]
     weights = list(weights) if weights is not None else [1.0 / len(adapter_dirs)] * len(adapter_dirs)
     if len(weights) != len(names):
         raise ValueError(f"{len(weights)} weights for {len(names)} adapters")

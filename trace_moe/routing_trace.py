@@ -107,7 +107,12 @@ def route_record(composed: ComposedModel, record: TrajectoryRecord, max_len: int
         tops, weights = [], []
         for gate in composed.gates:
             w = gate.last_weights[0].float().index_select(0, prev)  # (T, S): the decision producing each token
-            top_w, top_i = w.max(-1)
+            # among the slots weighing most, the gate's first choice (its logits): under ``weighting: selection``
+            # every chosen slot of a top-k gate weighs 1.0; a forced slot weighs 1.0 alone
+            heaviest = w >= w.max(-1, keepdim=True).values - 1e-6
+            logits = gate.last_logits[0].float().index_select(0, prev).masked_fill(~heaviest, float("-inf"))
+            top_i = logits.argmax(-1)
+            top_w = w.gather(-1, top_i[:, None])[:, 0]
             tops.append(top_i)
             weights.append(top_w)
         layer_top = torch.stack(tops)

@@ -96,6 +96,15 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     gate_cfg, train_cfg = moe.gate, moe.train
+    if extend is not None:  # the saved composition's gates are extended as they are
+        from dataclasses import asdict
+
+        saved = json.loads((extend / "compose.json").read_text()).get("gate_config", {})
+        ignored = {k: v for k, v in asdict(gate_cfg).items() if k in saved and saved[k] != v}
+        if ignored:
+            logger.warning("extend keeps the composition's gate settings (%s); these moe.gate values are not used: "
+                           "%s", ", ".join(f"{k}={saved[k]}" for k in ignored),
+                           ", ".join(f"{k}={v}" for k, v in ignored.items()))
     if gate_cfg.top_k < 1:
         raise ConfigError(f"moe.gate.top_k must be >= 1, got {gate_cfg.top_k}")
     if gate_cfg.scope != "token":
