@@ -43,6 +43,9 @@ class MultiStepTaskCompletionEnv(FamilyEnv):
         n_ops = int(rng.integers(self.min_ops, self.max_ops + 1))
         kinds = self.domain.kinds("plain")
         requests = [self.domain.plain_request(world, rng, kinds[int(rng.integers(len(kinds)))]) for _ in range(n_ops)]
+        require_gold = getattr(self.domain, "require_gold", None)
+        if require_gold is not None:  # each request's gold passed alone; together they may not (one gift card)
+            require_gold(world, [action for r in requests for action in r.gold_actions])
         return FamilyTask(case=f"{n_ops}_ops", requests=requests,
                           difficulty={"min_ops": self.min_ops, "max_ops": self.max_ops, "n_ops": n_ops},
                           hazards={"multi_step": n_ops - 1})

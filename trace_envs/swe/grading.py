@@ -8,6 +8,7 @@ A log is what an eval script prints: anything, then ``>>>>> Start Test Output``,
   markers -> no results, not applied;
 * no parsed results -> no results (``pytest -rA`` reports every test it ran);
 * a non-zero recorded exit code while the log reports no FAILED/ERROR -> no results (anti-spoofing);
+* a test reported with two different statuses counts as FAILED (anti-spoofing; swebench keeps the last line);
 * F2P succeeds iff PASSED or XFAIL; fails iff FAILED, ERROR, SKIPPED or absent;
 * P2P is maintained iff PASSED, XFAIL or SKIPPED; fails iff FAILED, ERROR or absent;
 * resolved iff every F2P and every P2P test succeeds (an empty list counts as all passing).
@@ -50,6 +51,19 @@ def parse_pytest_log(log: str) -> dict[str, str]:
     return status_map
 
 
+def conflicting_statuses(log: str) -> list[str]:
+    """Tests the log reports with two different statuses. pytest prints one short-summary line per test; code
+    under test that prints more (an ``atexit`` handler writing ``PASSED <id>`` after pytest's own ``FAILED <id>``,
+    then ``os._exit(0)``) would win with swebench's last-line-wins parser. Here such a test counts as failed."""
+    seen: dict[str, set[str]] = {}
+    for line in log.split("\n"):
+        if line.startswith(STATUSES):
+            parts = (line.replace(" - ", " ", 1) if line.startswith("FAILED") else line).split()
+            if len(parts) > 1 and not (parts[0] == "SKIPPED" and _SKIP_COUNT.match(parts[1])):
+                seen.setdefault(parts[1], set()).add(parts[0])
+    return sorted(node for node, statuses in seen.items() if len(statuses) > 1)
+
+
 def exit_code_of(log: str) -> int | None:
     match = _EXIT_RE.search(log)
     return int(match.group(1)) if match else None
@@ -65,6 +79,8 @@ def status_map_from_log(log: str) -> tuple[dict[str, str], bool]:
     status_map = parse_pytest_log(sliced) or parse_pytest_log(log)
     if not status_map:  # pytest -rA prints a line per test: nothing parsed means nothing ran
         return {}, False
+    for node in conflicting_statuses(sliced if START_TEST_OUTPUT in log else log):
+        status_map[node] = "FAILED"  # a PASSED line printed after the real FAILED one (e.g. by an atexit hook)
     code = exit_code_of(log)
     if code not in (None, 0) and status_map and not any(s in ("FAILED", "ERROR") for s in status_map.values()):
         return {}, False

@@ -34,9 +34,92 @@ def is_test_path(path: str) -> bool:
     return name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name[:-3].endswith("_test")))
 
 
+# files that configure how tests run, whatever directory they sit in: an agent's patch may not add or change them
+RUNNER_CONFIG_FILES = frozenset({"pytest.ini", "tox.ini", "sitecustomize.py", "usercustomize.py"})
+_PYTEST_SECTION = re.compile(r"^\+.*(\[(tool:)?pytest\]|\[tool\.pytest|addopts|pytest_plugins)", re.M)
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_FILE_LINE = re.compile(r"^(---|\+\+\+) (?:[ab]/)?(\S+)")
+# extended header lines of one file's section in ``git diff`` output
+_EXTENDED = ("index ", "new file mode ", "deleted file mode ", "old mode ", "new mode ", "similarity index ",
+             "dissimilarity index ", "rename from ", "rename to ", "copy from ", "copy to ", "Binary files ",
+             "GIT binary patch", "literal ", "delta ", "\\ No newline")
+
+
+def is_protected_path(path: str) -> bool:
+    """A path an agent's patch may not touch: tests (:func:`is_test_path`), test-runner configuration
+    (``pytest.ini``, ``tox.ini``, ``sitecustomize.py``, ``*.pth``), git's own files, or anything outside the
+    repository (absolute, ``..``)."""
+    p = PurePosixPath(path)
+    return (is_test_path(path) or p.name in RUNNER_CONFIG_FILES or p.suffix == ".pth" or path.startswith("/")
+            or ".." in p.parts or ".git" in p.parts)
+
+
+def chunk_paths(chunk: str) -> set[str] | None:
+    """Every path one file chunk of ``git diff`` output names (its header, ``---``/``+++``, renames), read hunk
+    by hunk so that a removed line starting with ``--`` is not taken for a file line; None when the chunk holds
+    something else (e.g. a second file's section without its own ``diff --git`` header)."""
+    lines = chunk.split("\n")
+    header = _HEADER.match(lines[0]) if lines else None
+    if header is None:
+        return None
+    paths = {header.group(1), header.group(2)}
+    i, file_lines, binary = 1, 0, False
+    while i < len(lines):
+        line = lines[i]
+        if binary:  # base85 data lines to the end of the chunk; a file line there is another file's section
+            if _FILE_LINE.match(line) or _HUNK.match(line):
+                return None
+            i += 1
+            continue
+        binary = line.startswith("GIT binary patch")
+        hunk = _HUNK.match(line)
+        if hunk:
+            old, new = int(hunk.group(1) or 1), int(hunk.group(2) or 1)
+            i += 1
+            while (old > 0 or new > 0) and i < len(lines):
+                body = lines[i]
+                if body.startswith("\\"):
+                    pass
+                elif body.startswith("-"):
+                    old -= 1
+                elif body.startswith("+"):
+                    new -= 1
+                elif body.startswith(" ") or body == "":
+                    old, new = old - 1, new - 1
+                else:
+                    return None
+                i += 1
+            continue
+        file_line = _FILE_LINE.match(line)
+        if file_line:
+            file_lines += 1
+            if file_lines > 2:  # a second file's ---/+++ pair glued onto this chunk
+                return None
+            if file_line.group(2) != "/dev/null":
+                paths.add(file_line.group(2))
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            paths.add(line.split(" ", 2)[2])
+        elif line and not line.startswith(_EXTENDED) and not line.startswith((" ", "+", "-")):
+            return None
+        i += 1
+    return paths
+
+
 def filter_patch(patch: str) -> str:
-    """Drop every file chunk that touches a test path."""
-    return "".join(chunk for chunk in split_patch(patch) if not is_test_path(files_in_patch(chunk)[0]))
+    """The agent's patch without the chunks it may not submit: those touching a protected path
+    (:func:`is_protected_path`), those adding pytest settings to ``setup.cfg``/``pyproject.toml``, and any chunk
+    that does not read as one file's section of ``git diff`` output (a workspace's ``.git/config`` can make the
+    diff print anything); text before the first chunk is dropped too."""
+    kept = []
+    for chunk in split_patch(patch):
+        paths = chunk_paths(chunk)
+        if paths is None or any(is_protected_path(p) for p in paths):
+            continue
+        if any(PurePosixPath(p).name in ("setup.cfg", "pyproject.toml") for p in paths) and \
+                _PYTEST_SECTION.search(chunk):
+            continue
+        kept.append(chunk)
+    return "".join(kept)
 
 
 def eval_script(base_commit: str, test_patch: str, workdir: str = "/testbed", test_cmd: str = DEFAULT_TEST_CMD,
@@ -47,7 +130,9 @@ def eval_script(base_commit: str, test_patch: str, workdir: str = "/testbed", te
     when it loads an ``eval.sh`` (so leave it off for task repos, on for local runs).
     """
     files = files_in_patch(test_patch)
-    reset = [f"git checkout {base_commit} -- {shlex.quote(f)} 2>/dev/null || rm -f {shlex.quote(f)}" for f in files]
+    # hooks off: a workspace's .git/hooks (or core.hooksPath) must not run when the tests are reset
+    reset = [f"git -c core.hooksPath=/dev/null checkout {base_commit} -- {shlex.quote(f)} 2>/dev/null || "
+             f"rm -f {shlex.quote(f)}" for f in files]
     lines = [
         "#!/bin/bash",
         "set -uxo pipefail",

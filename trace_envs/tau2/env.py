@@ -30,7 +30,7 @@ from trace_envs.tau2.runtime import (
     tau2_available,
 )
 from trace_envs.tau2.tasks import load_task_set
-from trace_envs.tau2.users import GREETING, UserConfig, make_user
+from trace_envs.tau2.users import GREETING, USER_KINDS, UserConfig, make_user
 
 
 def agent_system_prompt(policy: str) -> str:
@@ -131,6 +131,10 @@ class Tau2Env(ToolUseEnv):
                  record_db_hash: bool = False, render_mode: str | None = None):
         if domain not in DOMAINS:
             raise ValueError(f"unknown τ² domain {domain!r}; supported: {DOMAINS}")
+        if user not in USER_KINDS:
+            raise ValueError(f"unknown τ² user {user!r}; use one of {', '.join(USER_KINDS)}")
+        if isinstance(task_ids, (str, bytes)):  # a string would be read as one task id per character
+            raise ValueError(f"task_ids must be a list of task ids, got the string {task_ids!r}")
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         self.domain = domain
         self.task_file = task_file
@@ -157,7 +161,9 @@ class Tau2Env(ToolUseEnv):
         else:
             task_id = self.task_pool[int(self.np_random.integers(len(self.task_pool)))]
         task = self.task_set.tasks[task_id]
-        user = make_user(self.user_kind, task, self.user_config, self._seed)
+        # an unseeded reset still gives an LLM user a seed, drawn from the env's own generator
+        user_seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
+        user = make_user(self.user_kind, task, self.user_config, user_seed)
         run_id = f"tau2-{self.domain}-{task_id}-{self._seed}"
         return Tau2Episode(self.domain, task, self.task_set.source, user, run_id, self.judge, self.record_db_hash)
 

@@ -50,6 +50,7 @@ def to_tau2_messages(transcript: list[dict[str, Any]], transferred: bool = False
 
     out: list[Any] = []
     skip_next_user = False
+    called: set[str] = set()  # ids of the calls the last assistant turn made (their results go to tau2)
     for msg in transcript:
         role = msg.get("role")
         if role == "assistant":
@@ -59,12 +60,15 @@ def to_tau2_messages(transcript: list[dict[str, Any]], transferred: bool = False
                          arguments=json.loads(c["function"]["arguments"]))
                 for c in msg.get("tool_calls") or []
             ]
+            called = {c.id for c in calls}
             skip_next_user = content is None and not calls
             if skip_next_user:
                 continue  # only malformed calls / empty: tau2 never saw this turn
             out.append(AssistantMessage(role="assistant", content=content, tool_calls=calls or None))
         elif role == "tool":
-            if msg.get("name") == "invalid_tool_call":
+            # the env's own error messages (malformed or refused calls) answer no call tau2 saw; told apart by id,
+            # not by name: an agent may call a tool named "invalid_tool_call" itself
+            if msg.get("tool_call_id") not in called:
                 continue
             out.append(ToolMessage(id=msg["tool_call_id"], role="tool", requestor="assistant",
                                    content=msg.get("content"), error=str(msg.get("content", "")).startswith("Error:")))

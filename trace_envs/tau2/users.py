@@ -146,6 +146,9 @@ class ScriptedUser:
         return UserReply(self.known or "I have nothing to add, please go ahead.")
 
 
+USER_KINDS = ("scripted", "llm")
+
+
 def make_user(kind: str, task: Any, config: UserConfig | dict[str, Any] | None, episode_seed: int | None) -> Tau2User:
     if kind == "scripted":
         return ScriptedUser(task)

@@ -39,6 +39,7 @@ register_probe_domain(DOMAIN, lambda env_id: "tau2-" in str(env_id))
 
 ENTITY_KEYS = ("order_id", "reservation_id", "user_id")
 CHOICE_KEYS = ("new_item_ids",)  # arguments that pick a record among candidates (structured, not precision)
+ORDERLESS_KEYS = ("item_ids",)  # lists tau2 sorts before it acts: their order is not part of a precise call
 READ_TOOLS = ("get_order_details", "get_reservation_details", "get_user_details")
 _MONEY = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
 _NORMAL = ("user_stop", "agent_stop", "transfer")
@@ -207,16 +208,23 @@ def probe_precision(record: TrajectoryRecord, gold: list[dict[str, Any]]) -> Lab
 
 
 def _exact_args(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: _norm(v) for k, v in args.items() if k not in CHOICE_KEYS}
+    """The arguments a precise call must get right; lists tau2 treats as sets (``item_ids``: it sorts them) are
+    compared in sorted order."""
+    exact = {k: _norm(v) for k, v in args.items() if k not in CHOICE_KEYS}
+    for key in ORDERLESS_KEYS:
+        if isinstance(exact.get(key), list):
+            exact[key] = sorted(exact[key], key=str)
+    return exact
 
 
 def _stated_wrong_value(record: TrajectoryRecord, request: dict[str, Any]) -> bool:
+    """Whether the agent's answer to a question is a wrong amount: the last assistant text stating an amount (the
+    answer, whether or not it repeats the record's id; earlier texts may list the parts of a total) states no
+    amount equal to the right one. No amount stated at all is not a wrong value."""
     want = float(str(request["answer"]).replace("$", ""))
-    for _, text in assistant_texts(record.messages):
-        amounts = [float(a) for a in _MONEY.findall(text.replace(",", ""))]
-        if request["entity"] in text and amounts and not any(abs(a - want) < 1e-6 for a in amounts):
-            return True
-    return False
+    stated = [amounts for _, text in assistant_texts(record.messages)
+              if (amounts := [float(a) for a in _MONEY.findall(text.replace(",", ""))])]
+    return bool(stated) and not any(abs(a - want) < 0.005 for a in stated[-1])
 
 
 @_tau2_probe("structured_data_reasoning", needs=lambda r: bool(r["target"] or r["answer"]))
