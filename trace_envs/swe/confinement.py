@@ -12,6 +12,7 @@ process, and ``RLIMIT_NPROC`` is added where it binds (a non-root user inside a 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -33,6 +34,9 @@ ETC_ENTRIES = ("passwd", "group", "hosts", "hostname", "nsswitch.conf", "host.co
                "ld.so.conf.d", "alternatives", "localtime", "timezone", "ssl", "ca-certificates",
                "ca-certificates.conf", "mime.types", "protocols", "services", "inputrc", "bash.bashrc", "profile",
                "magic", "os-release", "debian_version", "login.defs", "python3", "python3.11", "python3.12")
+# trace-rl's own packages (the local tasks' gold fixes and hidden tests, the code-localization data): hidden in
+# the jail when they live under a directory it shows (a wheel install puts them in the venv's site-packages)
+HIDDEN_PACKAGES = ("trace_envs", "trace_train", "trace_moe", "generated_envs", "trace_rl_assets")
 FEATURES = ("user_namespace", "mount_namespace", "pid_namespace", "network_namespace", "proc", "caps_dropped")
 CONSEQUENCE = {
     "user_namespace": "namespaces need CAP_SYS_ADMIN instead",
@@ -131,8 +135,44 @@ def _python_dirs() -> list[str]:
     return sorted(d for d in dirs if os.path.isdir(d))
 
 
-def jail_layout(repo: Path, home: Path, tmp: Path, extra_ro: tuple[str, ...] = ()) -> dict:
-    """Links and binds of the agent's root: system + Python read-only, workspace/home/tmp read-write."""
+@functools.lru_cache(maxsize=8)
+def package_dirs(names: tuple[str, ...] = HIDDEN_PACKAGES) -> tuple[str, ...]:
+    """The directories the packages ``names`` are imported from (resolved; those not installed are left out)."""
+    dirs = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+            if os.path.isdir(loc):
+                dirs.append(os.path.realpath(loc))
+    return tuple(sorted(set(dirs)))
+
+
+def _hidden(ro: list[list[str]], extra_ro: tuple[str, ...]) -> list[str]:
+    """Where ``package_dirs()`` appear inside the jail through the binds ``ro`` (``[host, jail]`` pairs).
+
+    A package directory that ``extra_ro`` names itself (or something inside it) is shown, as asked.
+    """
+    asked = [os.path.realpath(p) for p in extra_ro]
+    seen = []
+    for pkg in package_dirs():
+        if any(a == pkg or a.startswith(pkg + "/") for a in asked):
+            continue
+        for src, dst in ro:
+            src = os.path.realpath(src)
+            if pkg == src or pkg.startswith(src.rstrip("/") + "/"):
+                seen.append(dst.rstrip("/") + pkg[len(src.rstrip("/")):] if pkg != src else dst)
+    return sorted(set(seen))
+
+
+def jail_layout(repo: Path, home: Path, tmp: Path, extra_ro: tuple[str, ...] = (), empty: Path | None = None) -> dict:
+    """Links and binds of the agent's root: system + Python read-only, workspace/home/tmp read-write.
+
+    ``empty`` (an empty host directory) is bound read-only over trace-rl's own packages wherever a read-only
+    bind would show them (``HIDDEN_PACKAGES``); a layout that would show them without ``empty`` is refused.
+    """
     links, ro = [], []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
@@ -150,14 +190,23 @@ def jail_layout(repo: Path, home: Path, tmp: Path, extra_ro: tuple[str, ...] = (
         if os.path.exists(d) and not any(d == c or d.startswith(c.rstrip("/") + "/") for c in covered):
             ro.append([os.path.realpath(d), d])
             covered.append(d)
+    hide = _hidden(ro, extra_ro)
+    if hide and empty is None:
+        raise ValueError(f"the jail would show trace-rl's packages ({', '.join(hide)}) and has no directory to hide "
+                         "them with")
+    ro += [[str(empty), d] for d in hide]
     rw = [[str(repo), JAIL_WORKDIR], [str(home), JAIL_HOME], [str(tmp), "/tmp"]]
     return {"links": links, "ro": ro, "rw": rw}
 
 
 def launch_spec(jail_root: Path, repo: Path, home: Path, tmp: Path, network: bool, mount_ns: bool, pid_ns: bool,
                 user_ns: bool = True, nproc: int | None = None, extra_ro: tuple[str, ...] = ()) -> dict:
-    """The launcher's spec (see ``jail.py``) for one command."""
-    jail = {"root": str(jail_root), **jail_layout(repo, home, tmp, extra_ro)} if mount_ns else None
+    """The launcher's spec (see ``jail.py``) for one command; makes an empty dir ``jail-empty`` beside ``jail_root``."""
+    jail = None
+    if mount_ns:
+        empty = Path(jail_root).parent / "jail-empty"  # bound over trace-rl's packages (see ``jail_layout``)
+        empty.mkdir(exist_ok=True)
+        jail = {"root": str(jail_root), **jail_layout(repo, home, tmp, extra_ro, empty)}
     return {"user_ns": user_ns, "mount_ns": mount_ns, "pid_ns": pid_ns, "net_ns": not network, "jail": jail,
             "cwd": JAIL_WORKDIR if jail else str(repo), "drop_caps": True, "block_userns": True, "nproc": nproc}
 
@@ -296,15 +345,42 @@ def token_pids(marker: bytes) -> set[int]:
     return out
 
 
+def _smaps_rollup_bytes(pid: int) -> int | None:
+    """Proportional anonymous + shared-memory (shmem, memfd, ``MAP_SHARED|MAP_ANONYMOUS``) set of ``pid``, in bytes.
+
+    ``Pss_Anon + Pss_Shmem + SwapPss`` where the kernel breaks PSS down, else the whole ``Pss``; ``None`` when
+    ``smaps_rollup`` cannot be read. Pages shared between processes count once in the sum (PSS splits them).
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    kb: dict[bytes, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].endswith(b":") and parts[1].isdigit():
+            kb[parts[0][:-1]] = int(parts[1])
+    if b"Pss_Anon" in kb:
+        return (kb[b"Pss_Anon"] + kb.get(b"Pss_Shmem", 0) + kb.get(b"SwapPss", 0)) * 1024
+    return kb[b"Pss"] * 1024 if b"Pss" in kb else None
+
+
 def anon_memory_bytes(pids: set[int]) -> int:
-    """Resident anonymous memory of ``pids`` (statm resident - shared), summed."""
+    """Memory the processes ``pids`` hold, summed: their PSS of anonymous *and* shared anonymous memory.
+
+    Shared anonymous memory (``mmap(-1, n)``, memfd, ``/dev/shm`` mappings) counts too, split between the
+    processes that share it. Where ``smaps_rollup`` is unreadable, the whole resident set (``statm``) counts.
+    """
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as fh:
-                fields = fh.read().split()
-            total += max(0, int(fields[1]) - int(fields[2])) * page
-        except (OSError, IndexError, ValueError):
-            continue
+        used = _smaps_rollup_bytes(pid)
+        if used is None:
+            try:
+                with open(f"/proc/{pid}/statm") as fh:
+                    used = int(fh.read().split()[1]) * page
+            except (OSError, IndexError, ValueError):
+                continue
+        total += used
     return total

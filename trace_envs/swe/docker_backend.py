@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from trace_envs.swe.grading import EvalResult, TestsReport, grade_log
 from trace_envs.swe.patches import filter_patch
-from trace_envs.swe.sandbox import ExecResult, SandboxLimits, truncate_output
+from trace_envs.swe.sandbox import DiffError, ExecResult, SandboxLimits, diff_command, truncate_output
 from trace_envs.swe.task import SWETask
 
 WORKDIR = "/testbed"
@@ -58,9 +58,10 @@ def docker_run_argv(image: str, name: str, network: bool) -> list[str]:
     return [*argv, image, "tail", "-f", "/dev/null"]
 
 
-def docker_exec_argv(container: str, cmd: str, timeout_s: float, interactive: bool = False) -> list[str]:
-    """``docker exec`` of ``bash -lc cmd`` killed in-container after ``timeout_s`` seconds."""
-    inner = f"timeout -s KILL {max(1, int(timeout_s))} bash -lc {shlex.quote(cmd)}"
+def docker_exec_argv(container: str, cmd: str, timeout_s: float, interactive: bool = False,
+                     login: bool = True) -> list[str]:
+    """``docker exec`` of ``bash -lc cmd`` (``bash -c`` unless ``login``) killed in-container after ``timeout_s``."""
+    inner = f"timeout -s KILL {max(1, int(timeout_s))} bash -{'l' if login else ''}c {shlex.quote(cmd)}"
     return ["docker", "exec", *(["-i"] if interactive else []), "-w", WORKDIR, container, "bash", "-c", inner]
 
 
@@ -177,6 +178,19 @@ class DockerBackend:
         text = (res.stdout + res.stderr).decode("utf-8", errors="replace")
         return ExecResult(truncate_output(text, self.limits.max_output_chars), res.returncode, res.returncode == 137)
 
+    def _exec_bytes(self, cmd: str) -> tuple[int, bytes, str]:
+        """``(returncode, stdout, stderr)`` of ``cmd``: stdout whole (never truncated), stderr apart; no login shell
+        (a profile that prints would corrupt the file or patch read)."""
+        if self.container is None:
+            raise RuntimeError("backend not started")
+        timeout = self.limits.timeout_s
+        try:
+            res = subprocess.run(docker_exec_argv(self.container, cmd, timeout, login=False), capture_output=True,
+                                 timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            return -9, b"", f"timed out after {timeout:g}s"
+        return res.returncode, res.stdout, res.stderr.decode("utf-8", errors="replace").strip()[-2000:]
+
     def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
         return self._exec(cmd, timeout_s)
 
@@ -186,13 +200,27 @@ class DockerBackend:
                 "network": "host (allowed by config)" if self.limits.network else "none (--network none)",
                 "unavailable": [], "errors": {}}
 
+    def _read_bytes(self, rel: str) -> bytes:
+        q = shlex.quote(rel)
+        rc, out, err = self._exec_bytes(f"if [ -e {q} ] && [ ! -f {q} ]; then echo 'not a regular file' >&2; exit 3; "
+                                        f"fi; cat -- {q}")
+        if rc == 3:
+            raise ValueError(f"{rel} is not a regular file")
+        if rc != 0:
+            raise FileNotFoundError(f"{rel}: {err}" if err else rel)
+        return out
+
     def read_file(self, rel: str) -> str:
-        res = self._exec(f"cat -- {shlex.quote(rel)}")
-        if res.returncode != 0:
-            raise FileNotFoundError(rel)
-        return res.output
+        # the whole file (as the local backend reads it): the editor writes back what it read
+        return self._read_bytes(rel).decode("utf-8", errors="replace")
 
     def write_file(self, rel: str, text: str) -> None:
+        if self.exists(rel):
+            try:
+                self._read_bytes(rel).decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{rel} is not UTF-8 text: the editor would replace its other bytes; edit it with "
+                                 "bash instead") from None
         q = shlex.quote(rel)
         res = self._exec(f"mkdir -p \"$(dirname -- {q})\" && cat > {q}", input_text=text)
         if res.returncode != 0:
@@ -209,8 +237,12 @@ class DockerBackend:
         return sorted(line[2:] for line in res.output.splitlines() if line.startswith("./"))
 
     def diff(self) -> str:
+        """The whole submission (never truncated); ``DiffError`` when git fails (e.g. the agent removed ``.git``)."""
         assert self.task is not None
-        return self._exec(f"git add -A && git diff --cached --no-color {self.task.base_commit}").output
+        rc, out, err = self._exec_bytes(diff_command(self.task.base_commit))
+        if rc != 0:
+            raise DiffError(f"could not diff the workspace (exit {rc}): {err}")
+        return out.decode("utf-8", errors="replace")
 
     def evaluate(self, patch: str) -> EvalResult:
         assert self.task is not None

@@ -18,6 +18,8 @@ before any agent command runs: their gold patch and hidden tests exist only in t
 from __future__ import annotations
 
 import logging
+import math
+import os
 import shutil
 import tempfile
 import weakref
@@ -29,9 +31,10 @@ from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tools import STR_LIST, ToolBox, ToolError, ToolSpec, params
 from trace_envs.swe.backends import Backend, LocalBackend, make_backend
 from trace_envs.swe.editor import Editor, editor_parameters
+from trace_envs.swe.grading import EvalResult, TestsReport
 from trace_envs.swe.localization import score_localization
 from trace_envs.swe.patches import files_in_patch
-from trace_envs.swe.sandbox import SandboxLimits
+from trace_envs.swe.sandbox import DiffError, SandboxLimits
 from trace_envs.swe.store import PristineStore
 from trace_envs.swe.task import SWETask, load_tasks
 
@@ -143,8 +146,15 @@ class SWEEpisode(Episode):
         if self.mode == "localize":
             assert loc is not None
             return Score(reward=loc.reward, success=loc.reward == 1.0, breakdown=breakdown, info=info)
-        patch = self.backend.diff()
-        result = self.backend.evaluate(patch)
+        try:
+            patch = self.backend.diff()
+        except DiffError as exc:  # the agent broke its own .git: nothing can be submitted
+            log.info("SWE %s: graded as an empty submission: %s", self.task.instance_id, exc)
+            patch, info["diff_error"] = "", str(exc)
+            failed = TestsReport(f2p_failure=list(self.task.fail_to_pass), p2p_failure=list(self.task.pass_to_pass))
+            result = EvalResult(self.task.instance_id, False, False, False, failed, {}, error=f"no submission: {exc}")
+        else:
+            result = self.backend.evaluate(patch)
         info.update(patch=patch, eval=result.summary(), resolved=result.resolved)
         breakdown.update(resolved=float(result.resolved), f2p_rate=result.summary()["f2p_rate"],
                          p2p_rate=result.summary()["p2p_rate"])
@@ -162,6 +172,18 @@ class SWEEpisode(Episode):
         self.backend.close()
 
 
+def _check_kwargs(command_timeout_s: Any, eval_timeout_s: Any, memory_mb: Any, ro_paths: Any) -> None:
+    """One-line ``ValueError`` naming the kwarg for limits that would only fail later (NaN, inf, 0, strings)."""
+    for name, value in (("command_timeout_s", command_timeout_s), ("eval_timeout_s", eval_timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite positive number of seconds, got {value!r}")
+    if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb <= 0:
+        raise ValueError(f"memory_mb must be a positive integer (megabytes), got {memory_mb!r}")
+    if ro_paths is not None and (not isinstance(ro_paths, (list, tuple))
+                                 or not all(isinstance(p, str) and os.path.isabs(p) for p in ro_paths)):
+        raise ValueError(f"ro_paths must be a list of absolute paths, got {ro_paths!r}")
+
+
 class SWEBenchEnv(ToolUseEnv):
     """SWE-bench-style env (see module docstring). ``options`` at reset: ``instance_id`` or ``task_index``.
 
@@ -177,6 +199,10 @@ class SWEBenchEnv(ToolUseEnv):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if backend not in ("auto", "local", "docker"):
+            raise ValueError(f"backend must be one of auto, local, docker, got {backend!r}")
+        _check_kwargs(command_timeout_s=command_timeout_s, eval_timeout_s=eval_timeout_s, memory_mb=memory_mb,
+                      ro_paths=ro_paths)
         self.dataset, self.split, self.backend_kind = dataset, split, backend
         self.instance_ids, self.repos_dir, self.mode, self.autosubmit = instance_ids, repos_dir, mode, autosubmit
         self.limits = SandboxLimits(timeout_s=command_timeout_s, memory_mb=memory_mb, network=network,

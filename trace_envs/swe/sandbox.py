@@ -2,9 +2,9 @@
 
 Each command runs in a fresh ``bash -c`` (no state carries over between commands except files),
 launched by ``jail.py`` where the kernel allows it: in new user, mount, PID and network namespaces,
-inside a new root that holds only the system and Python directories (read-only) and the workspace
-(``/testbed``), its home and ``/tmp`` (read-write), with no capabilities. Nothing else of the host's
-filesystem exists there (task directories, grading material, sockets), and every process the
+inside a new root that holds only the system and Python directories (read-only, trace-rl's own packages
+hidden) and the workspace (``/testbed``), its home and ``/tmp`` (read-write), with no capabilities.
+Nothing else of the host's filesystem exists there (task directories, grading material, sockets), and every process the
 command started dies with it. ``resource.setrlimit`` caps each process (address space, file size,
 CPU seconds); a watchdog caps the command's total memory and process count. What is in force is in
 ``Workspace.report``; whatever the machine does not allow is logged as a warning and listed there
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import resource
 import secrets
@@ -53,8 +54,32 @@ class SandboxLimits:
     ro_paths: tuple[str, ...] = ()  # extra host paths the jail shows read-only
 
     def __post_init__(self) -> None:
-        if self.timeout_s <= 0 or self.memory_mb <= 0 or self.file_size_mb <= 0 or self.max_processes <= 0:
-            raise ValueError(f"sandbox limits must be positive: {self}")
+        for name in ("timeout_s", "memory_mb", "file_size_mb", "max_processes", "max_output_chars"):
+            value = getattr(self, name)
+            whole = name != "timeout_s"
+            if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+                    or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"sandbox limit {name} must be a positive {'integer' if whole else 'finite number'}, "
+                                 f"got {value!r}")
+        if isinstance(self.ro_paths, str) or not all(isinstance(p, str) and os.path.isabs(p) for p in self.ro_paths):
+            raise ValueError(f"sandbox ro_paths must be a list of absolute paths, got {self.ro_paths!r}")
+
+
+class DiffError(RuntimeError):
+    """The workspace could not be diffed (the agent broke its ``.git``, or the diff failed or timed out)."""
+
+
+# ``git diff`` options that ignore what the agent's own ``.git/config`` / ``.gitattributes`` say about the output's
+# shape (external diff programs, textconv filters, path prefixes, colour, replaced objects): the submission is
+# always a plain ``diff --git a/.. b/..`` patch of the real tree.
+GIT_SAFE = ("git --no-replace-objects -c diff.external= -c core.hooksPath=/dev/null -c core.fsmonitor= "
+            "-c diff.noprefix=false -c diff.mnemonicPrefix=false -c diff.relative=false -c core.quotePath=true")
+DIFF_OPTS = "--no-ext-diff --no-textconv --no-color --src-prefix=a/ --dst-prefix=b/"
+
+
+def diff_command(base_commit: str) -> str:
+    """The shell command that prints the submission: every change since ``base_commit``, new files included."""
+    return f"{GIT_SAFE} add -A && {GIT_SAFE} diff --cached {DIFF_OPTS} {base_commit}"
 
 
 @dataclass
@@ -218,8 +243,14 @@ def materialize(source: Path, dest: Path, base_commit: str | None, store: Pristi
     if not is_git_repo(repo):
         raise ValueError(f"{repo} is not a git repository")
     git(dest.parent, "clone", "-q", "--no-checkout", "--no-hardlinks", str(repo), dest.name)
-    git(dest, "checkout", "-q", base_commit or "HEAD")
+    git(dest, "checkout", "-q", "--detach", base_commit or "HEAD")
     git(dest, "remote", "remove", "origin", check=False)
+    # only the base commit's history stays reachable: the source's branches and tags may point past it (the fix)
+    refs = git(dest, "for-each-ref", "--format=%(refname)").split()
+    if refs:
+        git(dest, "update-ref", "--no-deref", "--stdin", input_text="".join(f"delete {ref}\n" for ref in refs))
+    git(dest, "reflog", "expire", "--expire=now", "--all")
+    git(dest, "gc", "-q", "--prune=now")
     git(dest, "config", "user.name", "trace-rl")
     git(dest, "config", "user.email", "trace-rl@localhost")
     return git(dest, "rev-parse", "HEAD").strip()
@@ -300,10 +331,9 @@ class Workspace:
         Runs inside the sandbox: the agent controls ``.git/config`` and ``.gitattributes`` (fsmonitor,
         filters), which must never run commands on the host.
         """
-        res = self.run(f"git add -A && git diff --cached --no-color {self.base_commit}", merge_stderr=False,
-                       max_chars=50_000_000)
+        res = self.run(diff_command(self.base_commit), merge_stderr=False, max_chars=50_000_000)
         if res.returncode != 0 or res.timed_out or res.killed:
-            raise RuntimeError(f"could not diff the workspace (exit {res.returncode}): {res.stderr.strip()[-2000:]}")
+            raise DiffError(f"could not diff the workspace (exit {res.returncode}): {res.stderr.strip()[-2000:]}")
         return res.output
 
     def close(self) -> None:
