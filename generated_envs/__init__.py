@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
@@ -43,7 +45,7 @@ def read_manifest(directory: str | os.PathLike | None = None) -> dict[str, Any]:
         return {"envs": []}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
         logger.warning("%s is not valid JSON (%s); no emitted envs registered", path, exc)
         return {"envs": []}
     if not isinstance(doc, dict) or not isinstance(doc.get("envs", []), list):
@@ -59,7 +61,7 @@ def register_row(entry: dict[str, Any], directory: str | os.PathLike | None = No
     if entry.get("module"):
         return _import_module_row(entry, Path(directory or generated_dir()))
     from trace_envs.families import FAMILIES
-    from trace_envs.registry import NAMESPACE, register_env
+    from trace_envs.registry import NAMESPACE, register_env, unregister_env
 
     family = entry.get("family") or entry.get("capability")
     prefix, suffix = f"{NAMESPACE}/", "-v0"
@@ -69,7 +71,18 @@ def register_row(entry: dict[str, Any], directory: str | os.PathLike | None = No
     if not (env_id.startswith(prefix) and env_id.endswith(suffix)) or not isinstance(entry.get("knobs", {}), dict):
         logger.warning("generated env %r: needs env_id trace/<name>-v0 and a knobs mapping; skipped", env_id)
         return None
-    kwargs = {"domain": entry["domain"], **entry.get("knobs", {})} if entry.get("domain") else dict(entry["knobs"])
+    kwargs = {**({"domain": entry["domain"]} if entry.get("domain") else {}), **(entry.get("knobs") or {})}
+    if env_id in {f"{prefix}{name}{suffix}" for name in FAMILIES}:
+        logger.warning("generated env %s: a row may not take a family's own id; skipped", env_id)
+        return None
+    spec = gym.registry.get(env_id)
+    if spec is not None and spec.entry_point != FAMILIES[family]:
+        logger.warning("generated env %s: the id belongs to another env (%s); skipped", env_id, spec.entry_point)
+        return None
+    if spec is not None and dict(spec.kwargs) != kwargs:  # a later manifest (the run's own) wins, said aloud
+        logger.info("generated env %s: re-registered with the knobs of %s (%s, was %s)", env_id,
+                    Path(directory or generated_dir()) / MANIFEST, kwargs, dict(spec.kwargs))
+        unregister_env(env_id)
     return register_env(env_id[len(prefix):-len(suffix)], FAMILIES[family], **kwargs)
 
 

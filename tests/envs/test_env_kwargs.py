@@ -69,3 +69,29 @@ def test_one_error_truncates_at_max_errors_one_and_one_turn_at_max_steps_one():
 def test_split_seeds_refuses_counts_that_are_not_natural_numbers(n, offset):
     with pytest.raises(ValueError, match="non-negative integer"):
         split_seeds("train", n, offset)
+
+
+@pytest.mark.parametrize("kwargs,named", [({"n_intents": 8}, "n_intents must be in \\[1, 7\\]"),
+                                          ({"n_intents": 3, "kinds": ["cancel"]}, "n_intents=3 but kinds lists 1"),
+                                          ({"kinds": ["cancel"] * 8}, "at most 7")])
+def test_retail_sim_task_sizes_a_world_cannot_hold_are_refused(kwargs, named):
+    """A world holds 8 orders: 8 requests crashed reset on half the seeds; n_intents beside kinds was ignored."""
+    with pytest.raises(ValueError, match=named):
+        gym.make("trace/retail-sim-v0", **kwargs)
+
+
+def test_editing_the_reset_info_does_not_edit_the_gold():
+    """``info['task']`` is the caller's: changing its gold actions must not change what the episode is scored
+    against (a cancel with the reason the user did not give stays wrong)."""
+    from trace_envs.core.parsing import format_tool_call
+
+    env = gym.make("trace/retail-sim-v0", n_intents=1, kinds=["cancel"])
+    seed = next(s for s in range(100) if env.reset(seed=s)[1]["task"]["intents"][0]["eligible"])
+    _, info = env.reset(seed=seed)
+    gold = info["task"]["gold_actions"][0][1]
+    wrong = "no longer needed" if gold["reason"] == "ordered by mistake" else "ordered by mistake"
+    gold["reason"] = wrong
+    order_id = info["task"]["intents"][0]["order_id"]
+    env.step(format_tool_call("cancel_pending_order", {"order_id": order_id, "reason": wrong}))
+    _, reward, *_ = env.step("Done ###STOP###")
+    assert reward == 0.0

@@ -26,6 +26,7 @@ from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, rep
 from trace_envs.retail_sim.user import ScriptedUser
 
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
+MAX_INTENTS = 7
 _ID_KEYS = ("user_id", "order_id", "product_id", "item_id", "payment_method_id", "email")
 _ID_LIST_KEYS = ("item_ids", "new_item_ids")
 
@@ -135,8 +136,14 @@ class RetailSimEnv(ToolUseEnv):
                  kinds: list[str] | None = None, gift_card_rate: float = 0.5, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         check_gift_card_rate(gift_card_rate)  # at construction, not at the first reset
-        self.n_intents = None if n_intents is None else integer("n_intents", n_intents, 1)
+        # a world holds 8 orders and a task may add a filler order: 7 requests at most
+        self.n_intents = None if n_intents is None else integer("n_intents", n_intents, 1, MAX_INTENTS)
         self.kinds = choices("kinds", kinds, INTENT_KINDS)
+        if self.kinds is not None and len(self.kinds) > MAX_INTENTS:
+            raise ValueError(f"kinds lists {len(self.kinds)} requests; a task holds at most {MAX_INTENTS}")
+        if self.kinds is not None and self.n_intents is not None and self.n_intents != len(self.kinds):
+            raise ValueError(f"n_intents={self.n_intents} but kinds lists {len(self.kinds)} requests (one per "
+                             "request); give one of them")
         self.gift_card_rate = gift_card_rate
         self._hint_capability: str | None = None
 

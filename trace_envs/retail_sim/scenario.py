@@ -16,6 +16,7 @@ for diagnosis; a capability is required when the imperfect expert with that knob
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -77,7 +78,8 @@ class Scenario:
                          "last_name": self.user.last_name, "zip": self.user.zip},
             "identify_by": self.identify_by,
             "intents": [asdict(i) for i in self.intents],
-            "gold_actions": [[name, args] for name, args in self.gold_actions],
+            # copies: a caller editing the reset info must not edit the gold the episode is scored against
+            "gold_actions": [[name, copy.deepcopy(args)] for name, args in self.gold_actions],
             "communicate": list(self.communicate),
             "required_capabilities": list(self.required_capabilities),
             "original_payment": self.original_payment,

@@ -188,6 +188,9 @@ def calibrate_env(env_id: str, env_kwargs: dict[str, Any], collector: Collector,
         raise ValueError(f"collector returned shapes {np.shape(rewards)} / {np.shape(successes)}, "
                          f"expected {(len(seeds), cfg.group_size)}")
     rewards, successes = np.asarray(rewards, dtype=float), np.asarray(successes, dtype=bool)
+    if not np.isfinite(rewards).all():  # NaN passes every gate bound it is compared with
+        raise ValueError(f"{env_id} {env_kwargs}: the policy's episodes earned non-finite rewards "
+                         f"({int((~np.isfinite(rewards)).sum())} of {rewards.size}); the env's reward is broken")
     return with_hint_split(group_statistics(rewards, successes, cfg.pass_k), rewards, successes, hinted, cfg.pass_k)
 
 

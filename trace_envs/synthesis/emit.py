@@ -11,10 +11,13 @@ closest statistics and is not emitted (unless ``accept_closest``).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -56,12 +59,22 @@ class SelectedCapability:
 
 
 def read_selected(path: str | os.PathLike) -> list[SelectedCapability]:
-    """Read ``selected_capabilities.json``: ``{"selected": [...]}`` (analysis output) or a bare list."""
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    entries = doc.get("selected", []) if isinstance(doc, dict) else doc
+    """Read ``selected_capabilities.json``: ``{"selected": [...]}`` (analysis output) or a bare list; a damaged or
+    ill-shaped file is a ``ValueError`` naming it."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(doc, dict) and "selected" not in doc:
+        raise ValueError(f"{path}: expected {{\"selected\": [...]}} (analysis output) or a list, got keys "
+                         f"{sorted(doc)}")
+    entries = doc["selected"] if isinstance(doc, dict) else doc
     if not isinstance(entries, list):
         raise ValueError(f"{path}: expected a list of selected capabilities")
-    return [SelectedCapability.from_dict(e) for e in entries]
+    try:
+        return [SelectedCapability.from_dict(e) for e in entries]
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def env_name(capability: str, domain: str) -> str:
@@ -107,6 +120,32 @@ def render_module(capability: str, domain: str, knobs: dict[str, Any], trial: Tr
         name=env_name(capability, domain))
 
 
+def read_manifest_strict(path: Path) -> dict[str, Any]:
+    """``{"envs": [row, ...]}`` of the manifest at ``path`` (empty when missing); a damaged or ill-shaped one is a
+    ``ValueError`` naming it (the emitter must not overwrite rows it could not read)."""
+    if not path.exists():
+        return {"envs": []}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); fix or remove it") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("envs", []), list) \
+            or not all(isinstance(e, dict) for e in doc.get("envs", [])):
+        raise ValueError(f"{path}: expected {{\"envs\": [row objects]}}; fix or remove it")
+    doc.setdefault("envs", [])
+    return doc
+
+
+@contextlib.contextmanager
+def _manifest_lock(directory: Path) -> Iterator[None]:
+    with open(directory / (MANIFEST + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def write_manifest_entry(out_dir: str | os.PathLike, entry: dict[str, Any]) -> dict[str, Any]:
     """Add (or replace, by ``env_id``) one row of ``<out_dir>/manifest.json`` atomically, then (re-)register it in
     this process so new knobs take effect without a restart; returns the row."""
@@ -114,9 +153,11 @@ def write_manifest_entry(out_dir: str | os.PathLike, entry: dict[str, Any]) -> d
     if not entry.get("env_id"):
         raise ValueError(f"a manifest row needs an env_id, got {entry!r}")
     manifest_path = out / MANIFEST
-    doc = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {"envs": []}
-    doc["envs"] = [e for e in doc.get("envs", []) if e.get("env_id") != entry["env_id"]] + [entry]
-    atomic_write_text(manifest_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    with _manifest_lock(out):  # read-modify-write: two runs emitting into one directory keep both their rows
+        doc = read_manifest_strict(manifest_path)
+        doc["envs"] = [e for e in doc["envs"] if e.get("env_id") != entry["env_id"]] + [entry]
+        atomic_write_text(manifest_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     import generated_envs
 
     unregister_env(entry["env_id"])

@@ -23,7 +23,7 @@ from rich.console import Console
 import trace_envs  # noqa: F401  (registers the trace/ ids)
 import trace_train.paths
 from trace_envs.synthesis import read_selected, synthesize
-from trace_envs.synthesis.emit import atomic_write_text
+from trace_envs.synthesis.emit import MANIFEST, atomic_write_text, read_manifest_strict
 from trace_envs.synthesis.llm.swe_scenario import is_swe_target
 from trace_train.calibration import collector_for
 from trace_train.commands._synthesis_common import collector, stats_table, synthesis_config
@@ -48,6 +48,10 @@ def main(cfg: DictConfig) -> None:
     except (TypeError, ValueError) as exc:
         fail("synthesize", str(exc))
     out_dir = Path(to_absolute_path(str(cfg.out_dir))) if cfg.out_dir else _default_out_dir()
+    try:  # a manifest the emitter could not extend is refused before any calibration
+        read_manifest_strict(out_dir / MANIFEST)
+    except ValueError as exc:
+        fail("synthesize", str(exc))
     console = Console()
     rows = []
     llm_collector = collector_for(scfg) if scfg.generator == "llm" else None
