@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from trace_train.evaluation.metrics import RateCI
+from trace_train.paths import shipped_checkpoint
 from trace_train.trajectory import read_trajectories
 
 CAPABILITIES = ["precondition_verification", "multi_step_task_completion", "structured_data_reasoning",
@@ -168,7 +169,7 @@ def _counts(row: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", default="checkpoints/retail-sim-tiny")
+    parser.add_argument("--base", default=str(shipped_checkpoint()))
     parser.add_argument("--capabilities", nargs="+", default=CAPABILITIES, choices=CAPABILITIES)
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--every", type=int, default=20)
@@ -186,7 +187,12 @@ def main() -> None:
                         help="take a capability finished by an earlier invocation with the same --out as it is")
     parser.add_argument("override", nargs="*", help="extra trace-rl train overrides (key=value)")
     args = parser.parse_args()
+    # --env-kwargs takes several values: the train overrides written after them land there too, so take back
+    # every key=value whose key is not a capability (a dotted override such as grpo.group_size=2)
     pairs = [item.partition("=") for item in args.env_kwargs]
+    args.override = [f"{k}{sep}{v}" for k, sep, v in pairs if sep and "." in k and k not in CAPABILITIES] + \
+        list(args.override)
+    pairs = [(k, sep, v) for k, sep, v in pairs if not (sep and "." in k and k not in CAPABILITIES)]
     if any(not sep or cap not in CAPABILITIES for cap, sep, _ in pairs):
         parser.error(f"--env-kwargs takes CAPABILITY=DICT with CAPABILITY one of {CAPABILITIES}")
     args.env_kwargs = {cap: kwargs for cap, _, kwargs in pairs}

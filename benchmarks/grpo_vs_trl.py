@@ -26,6 +26,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from trace_train.grpo import GRPOConfig, GRPOTrainer
 from trace_train.grpo.lora import LoraSettings
+from trace_train.paths import shipped_checkpoint
 from trace_train.rollout.base import SamplingParams
 from trace_train.trajectory import TrajectoryRecord
 
@@ -215,7 +216,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--multi-turn", action="store_true",
                         help="precondition_verification-v0 with the shipped base (grpo_multiturn_trl.py)")
-    parser.add_argument("--checkpoint", default="checkpoints/retail-sim-tiny")
+    parser.add_argument("--checkpoint", default=str(shipped_checkpoint()))
     args = parser.parse_args()
     if args.multi_turn:
         import sys

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trace_train.paths import shipped_checkpoint
+
 ENV = "trace/precondition_verification-v0"
 ADAPTER = "kr"
 
@@ -191,7 +193,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seeds the kill moments")
     parser.add_argument("--hash-seed", type=int, default=None,
                         help="PYTHONHASHSEED for every run (default: Python's random per process, as in real use)")
-    parser.add_argument("--base", default="checkpoints/retail-sim-tiny")
+    parser.add_argument("--base", default=str(shipped_checkpoint()))
     parser.add_argument("--out", default="runs/kill_resume")
     args = parser.parse_args()
     if args.trials < 1 or args.iterations < 2 or not 1 <= args.every <= args.iterations:

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trace_train.paths import shipped_checkpoint
+
 ENV = "trace/precondition_verification-v0"
 ADAPTER = "precondition"
 
@@ -50,7 +52,7 @@ def evaluate(args: argparse.Namespace, out: Path, walls: dict[int, float]) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", default="checkpoints/retail-sim-tiny")
+    parser.add_argument("--base", default=str(shipped_checkpoint()))
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--budget-s", type=float, default=600.0)
