@@ -27,6 +27,11 @@ def assistant_texts(transcript: list[dict[str, Any]]) -> list[str]:
     return [t for t in texts if t.strip()]
 
 
+def dollar_amounts(text: str) -> list[float]:
+    """The dollar amounts ``text`` states (``$1,141.50`` reads 1141.5), in order."""
+    return [float(a) for a in _DOLLARS.findall(text.replace(",", ""))]
+
+
 def _normal(text: str) -> str:
     return text.lower().replace(",", "")
 
@@ -37,8 +42,8 @@ def mentions(text: str, required: str) -> bool:
     number = _NUMBER.fullmatch(required)
     if number is not None:
         value = float(number.group(2))
-        found = _DOLLARS.findall(text) if number.group(1) else _BARE.findall(text)
-        return any(abs(float(v) - value) < CENT for v in found)
+        found = dollar_amounts(text) if number.group(1) else [float(v) for v in _BARE.findall(text)]
+        return any(abs(v - value) < CENT for v in found)
     start = text.find(required)
     while start >= 0:
         end = start + len(required)

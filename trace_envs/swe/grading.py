@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
@@ -34,9 +34,8 @@ _EXIT_RE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
 _SKIP_COUNT = re.compile(r"^\[\d+\]$")
 
 
-def parse_pytest_log(log: str) -> dict[str, str]:
-    """``pytest -rA`` short-summary lines (``STATUS node_id``) -> ``{node_id: STATUS}``."""
-    status_map: dict[str, str] = {}
+def _status_lines(log: str) -> Iterator[tuple[str, str]]:
+    """``(node_id, STATUS)`` of every ``pytest -rA`` short-summary line of ``log``, in order."""
     for line in log.split("\n"):
         if not line.startswith(STATUSES):
             continue
@@ -47,8 +46,12 @@ def parse_pytest_log(log: str) -> dict[str, str]:
             continue
         if parts[0] == "SKIPPED" and _SKIP_COUNT.match(parts[1]):
             continue
-        status_map[parts[1]] = parts[0]
-    return status_map
+        yield parts[1], parts[0]
+
+
+def parse_pytest_log(log: str) -> dict[str, str]:
+    """``pytest -rA`` short-summary lines (``STATUS node_id``) -> ``{node_id: STATUS}`` (the last line wins)."""
+    return dict(_status_lines(log))
 
 
 def conflicting_statuses(log: str) -> list[str]:
@@ -56,11 +59,8 @@ def conflicting_statuses(log: str) -> list[str]:
     under test that prints more (an ``atexit`` handler writing ``PASSED <id>`` after pytest's own ``FAILED <id>``,
     then ``os._exit(0)``) would win with swebench's last-line-wins parser. Here such a test counts as failed."""
     seen: dict[str, set[str]] = {}
-    for line in log.split("\n"):
-        if line.startswith(STATUSES):
-            parts = (line.replace(" - ", " ", 1) if line.startswith("FAILED") else line).split()
-            if len(parts) > 1 and not (parts[0] == "SKIPPED" and _SKIP_COUNT.match(parts[1])):
-                seen.setdefault(parts[1], set()).add(parts[0])
+    for node, status in _status_lines(log):
+        seen.setdefault(node, set()).add(status)
     return sorted(node for node, statuses in seen.items() if len(statuses) > 1)
 
 

@@ -12,9 +12,9 @@ did in the messages against it:
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from trace_envs.core.communication import dollar_amounts
 from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Label
 from trace_train.analysis.messages import ToolCall, assistant_texts, is_write_tool, tool_calls
@@ -24,7 +24,6 @@ DOMAIN = "retail_sim"
 register_probe_domain(DOMAIN, lambda env_id: "retail-sim" in env_id or "retail_sim" in env_id)
 
 _SWAP_TOOLS = ("exchange_delivered_order_items", "modify_pending_order_items")
-_MONEY = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
 
 
 def task_of(record: TrajectoryRecord) -> dict[str, Any]:
@@ -84,7 +83,7 @@ def _answer_given(record: TrajectoryRecord, intent: dict[str, Any]) -> bool | No
     want = _number(intent.get("answer", ""))
     stated = None
     for text in _texts(record):
-        amounts = [float(a) for a in _MONEY.findall(text.replace(",", ""))]
+        amounts = dollar_amounts(text)
         if intent["order_id"] in text or amounts:
             if want is not None and any(abs(a - want) < 1e-6 for a in amounts):
                 return True

@@ -24,11 +24,11 @@ Probes (NA when the task does not need the capability; PRESENT when unsure, as t
 from __future__ import annotations
 
 import functools
-import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from trace_envs.core.communication import dollar_amounts
 from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Label
 from trace_train.analysis.messages import ToolCall, assistant_texts, tool_calls
@@ -41,7 +41,6 @@ ENTITY_KEYS = ("order_id", "reservation_id", "user_id")
 CHOICE_KEYS = ("new_item_ids",)  # arguments that pick a record among candidates (structured, not precision)
 ORDERLESS_KEYS = ("item_ids",)  # lists tau2 sorts before it acts: their order is not part of a precise call
 READ_TOOLS = ("get_order_details", "get_reservation_details", "get_user_details")
-_MONEY = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
 _NORMAL = ("user_stop", "agent_stop", "transfer")
 RequestsBody = Callable[[TrajectoryRecord, list[dict[str, Any]]], Label]
 DESCRIPTIONS = {  # the capabilities' descriptions, as registered
@@ -223,7 +222,7 @@ def _stated_wrong_value(record: TrajectoryRecord, request: dict[str, Any]) -> bo
     amount equal to the right one. No amount stated at all is not a wrong value."""
     want = float(str(request["answer"]).replace("$", ""))
     stated = [amounts for _, text in assistant_texts(record.messages)
-              if (amounts := [float(a) for a in _MONEY.findall(text.replace(",", ""))])]
+              if (amounts := dollar_amounts(text))]
     return bool(stated) and not any(abs(a - want) < 0.005 for a in stated[-1])
 
 
