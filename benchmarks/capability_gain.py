@@ -87,7 +87,7 @@ def policy_spec(args: argparse.Namespace, greedy: bool, adapter: Path | None = N
 def evaluate(env: str, episodes: int, specs: dict[str, str], out: Path, overrides: list[str] = ()) -> Path:
     """Run ``trace-rl eval`` on ``env``; returns the directory holding eval.json and the trajectories."""
     command = [sys.executable, "-m", "trace_train.cli", "eval", f"env={env}", f"episodes={episodes}",
-               f"hydra.run.dir={out}", "~policies.base", *overrides]
+               f"hydra.run.dir={out}", "if_exists=overwrite", "~policies.base", *overrides]
     command += [f"+policies.{name}={spec}" for name, spec in specs.items()]
     subprocess.run(command, check=True)
     return out

@@ -44,7 +44,7 @@ def evaluate(args: argparse.Namespace, out: Path, walls: dict[int, float]) -> di
             specs[f"it{iteration}_sampled"] = policy.format(model=args.base, greedy="false", threads=args.threads,
                                                             adapter=adapter)
     command = [sys.executable, "-m", "trace_train.cli", "eval", f"env={ENV}", f"episodes={args.episodes}",
-               f"hydra.run.dir={out / 'eval'}", "~policies.base"]
+               f"hydra.run.dir={out / 'eval'}", "if_exists=overwrite", "~policies.base"]
     command += [f"+policies.{name}={spec}" for name, spec in specs.items()]
     subprocess.run(command, check=True)
     return json.loads((out / "eval" / "eval.json").read_text())

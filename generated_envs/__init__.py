@@ -110,7 +110,15 @@ def _import_module_row(entry: dict[str, Any], directory: Path) -> str | None:
 
 def load(directory: str | os.PathLike | None = None) -> list[str]:
     """Register every row of ``directory``'s manifest (default: the shipped rows, then :func:`user_dir`'s)."""
-    directories = [Path(directory)] if directory is not None else [generated_dir(), user_dir()]
+    if directory is not None:
+        directories = [Path(directory)]
+    else:
+        directories = [generated_dir()]
+        try:
+            directories.append(user_dir())
+        except (RuntimeError, KeyError) as exc:  # no HOME and no passwd entry: there is no user folder to read
+            logger.warning("the home directory cannot be determined (%s); the user's emitted envs are not "
+                           "registered", exc)
     ids: list[str] = []
     for folder in directories:
         for entry in read_manifest(folder)["envs"]:

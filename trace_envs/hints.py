@@ -15,6 +15,21 @@ from typing import Any
 
 HINT_OPEN, HINT_CLOSE = "<expert_guidance>", "</expert_guidance>"
 
+
+def hinted_count(fraction: float, group_size: int, name: str = "hint_fraction") -> int:
+    """How many members of a group of ``group_size`` play with the hint: exactly ``fraction × group_size``.
+
+    ``ValueError`` (naming ``name``) when the fraction is outside [0, 1] or is not a whole number of members
+    (0.25 of a group of 6 would be 1 or 2 members, neither of them the configured share)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {fraction}")
+    members = fraction * group_size
+    count = int(members + 0.5)
+    if abs(members - count) > 1e-9:
+        raise ValueError(f"{name}={fraction} of a group of {group_size} is {members:g} members; choose a fraction "
+                         f"that is a whole number of members (k / {group_size})")
+    return count
+
 CAPABILITY_HINTS: dict[str, str] = {
     "precondition_verification": (
         "Before you change anything, check that the record belongs to the customer you are talking to and "

@@ -8,6 +8,7 @@ import torch
 
 from tests.cli_runner import run_cli
 from trace_train.bench.stats import mcnemar_exact, paired_bootstrap
+from trace_train.trajectory import TrajectoryRecord
 
 torch.set_num_threads(1)
 
@@ -22,6 +23,22 @@ def test_mcnemar_exact_matches_the_binomial_tail():
     assert mcnemar_exact([True, False], [True, False])[2] == 1.0
     with pytest.raises(ValueError, match="length"):
         mcnemar_exact([True], [True, False])
+
+
+def test_mcnemar_reads_one_trial_per_seed_when_trials_repeat():
+    from trace_train.bench.run import compare
+
+    def recs(policy, outcomes):
+        return [TrajectoryRecord(env_id="e", seed=seed, messages=[], reward=float(ok), success=ok,
+                                 termination="user_stop", policy=policy, info={})
+                for seed, trials in enumerate(outcomes) for ok in trials]
+    # 12 seeds x 3 trials; the other policy wins every trial of the 4 seeds it wins: 12 discordant
+    # episodes but only 4 independent discordant pairs
+    base = recs("base", [[False] * 3] * 12)
+    other = recs("o", [[True] * 3] * 4 + [[False] * 3] * 8)
+    row = compare("e", {"base": base, "o": other}, "base")[1]
+    assert (row.mcnemar_b, row.mcnemar_c) == (0, 4)
+    assert row.mcnemar_p == pytest.approx(mcnemar_exact([False] * 4, [True] * 4)[2])
 
 
 def test_paired_bootstrap_interval_is_seeded_and_covers_the_mean():

@@ -48,6 +48,21 @@ def test_zero_fraction_hints_nobody_and_bad_fractions_fail():
         GRPOConfig(hint_fraction=-0.1).validate()
 
 
+@pytest.mark.parametrize("fraction,group", [(0.25, 2), (0.5, 5), (0.3, 8)])
+def test_a_fraction_that_is_not_a_whole_number_of_members_is_refused(fraction, group):
+    from trace_envs.synthesis import SynthesisConfig
+
+    # 0.25 of 2 used to hint nobody while the run claimed hints; 0.5 of 5 hinted 2 (banker's rounding)
+    with pytest.raises(ValueError, match=rf"hint_fraction={fraction} of a group of {group}"):
+        GRPOConfig(hint_fraction=fraction, group_size=group).validate()
+    with pytest.raises(ValueError, match=rf"synthesis.hint_fraction={fraction} of a group of {group}"):
+        SynthesisConfig(hint_fraction=fraction, group_size=group)
+    with pytest.raises(ValueError, match="whole number of members"):
+        hinted_members(0, 0, 0, group, fraction)
+    GRPOConfig(hint_fraction=0.5, group_size=6).validate()  # 3 of 6
+    assert len(hinted_members(0, 0, 0, 6, 0.5)) == 3
+
+
 @pytest.mark.parametrize("capability", sorted(FAMILIES))
 def test_a_family_hint_changes_only_the_system_prompt_and_never_gives_the_call(capability):
     env = gym.make(f"trace/{capability}-v0")
@@ -229,3 +244,31 @@ def test_envs_without_hints_names_exactly_the_envs_that_have_none():
 
     assert envs_without_hints([PRECONDITION, ENV_ID, "trace/multi_step_task_completion-v0"], {}) == [ENV_ID]
     assert envs_without_hints([PRECONDITION], {}) == []
+
+
+def test_the_gates_train_on_hinted_successes_under_the_unhinted_prompt(tmp_path, shipped):
+    """The compose stage's gate examples come from the GRPO runs' successful rollouts; a hinted one is taken as
+    the update takes it (the composed model never sees a hint, and the hint would name the env outright)."""
+    from dataclasses import replace
+
+    from trace_envs.records import write_trajectories
+    from trace_train.pipeline.stages import gate_examples
+    from trace_train.rollout import EpisodeRequest, SamplingParams
+
+    model, tok = shipped
+    requests = [EpisodeRequest(PRECONDITION, seed=s, sample_seed=s, hint=s % 2 == 0) for s in range(4)]
+    records = HFRolloutBackend(model, tok, max_turns=4).rollout(requests, SamplingParams(max_new_tokens=48))
+    records = [replace(r, success=True) for r in records]  # the stage keeps successful rollouts only
+    adapter_dir = tmp_path / "adapters" / "precondition_verification" / "v0001"
+    adapter_dir.mkdir(parents=True)
+    write_trajectories(tmp_path / "rollouts" / "iter_0000.jsonl", records)
+    examples = gate_examples({"precondition_verification": {"adapter_dir": str(adapter_dir)}},
+                             ["base", "precondition_verification"], 10)
+    assert len(examples) == 4 and sum(bool(r.info.get("hint")) for r in records) == 2
+    for example, record in zip(examples, records):
+        assert HINT_OPEN not in tok.decode(example.input_ids, skip_special_tokens=False)
+        sequence = training_sequence(record)
+        assert example.input_ids == sequence.token_ids and example.loss_mask == [int(m) for m in sequence.loss_mask]
+        assert example.label == 1
+        if not record.info.get("hint"):
+            assert example.input_ids == record.token_ids

@@ -91,3 +91,21 @@ def test_on_policy_gradient_is_policy_gradient_and_sft_loss():
     assert out.metrics["clip_fraction"] == 0 and out.metrics["approx_kl"] == pytest.approx(0.0, abs=1e-7)
     s = sft_loss(new.detach(), mask)
     assert float(s.loss) == pytest.approx(float(-(new.detach() * mask).sum() / 5))
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_a_huge_log_ratio_gives_a_finite_loss_and_gradient(level):
+    """Sampler log-probs far from the trainer's (100 nats) overflowed exp(): inf loss or NaN gradients that
+    would poison every LoRA weight in one step."""
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    for gap, adv in ((100.0, 1.0), (100.0, -1.0), (-100.0, 1.0)):
+        new = torch.tensor([[0.0, -0.1, -0.2]], requires_grad=True)
+        old = torch.tensor([[0.0, -0.1, -0.2 - gap]])
+        out = grpo_loss(new, old, torch.tensor([adv]), mask, level=level)
+        out.loss.backward()
+        assert torch.isfinite(out.loss) and torch.isfinite(new.grad).all(), (gap, adv)
+    # inside the clamp nothing changes: a 5-nat gap is computed exactly
+    new = torch.tensor([[0.0, -0.1, -0.2]])
+    old = torch.tensor([[0.0, -0.1, -5.2]])
+    out = grpo_loss(new, old, torch.tensor([-1.0]), mask, level="token")
+    assert out.loss.item() == pytest.approx((1.0 + math.exp(5.0)) / 2, rel=1e-6)

@@ -74,3 +74,29 @@ def test_emitted_envs_default_outside_the_packages():
     assert default == Path.home() / ".local" / "share" / "trace-rl" / "generated_envs"
     assert not default.is_relative_to(Path(generated_envs.__file__).parent)
     assert not default.is_relative_to(REPO_ROOT)
+
+
+def test_loading_emitted_envs_without_a_home_directory_skips_the_user_folder(monkeypatch, caplog):
+    """``Path.home()`` raises when HOME is unset and the uid has no passwd entry; `import trace_envs` must not."""
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    with caplog.at_level("WARNING", logger="generated_envs"):
+        ids = generated_envs.load()
+    shipped = [row["env_id"] for row in generated_envs.read_manifest(generated_envs.generated_dir())["envs"]]
+    assert ids == shipped
+    assert "home directory cannot be determined" in caplog.text
+
+
+def test_the_declared_transformers_floor_reads_the_shipped_tokenizer():
+    """The shipped base's tokenizer class exists from transformers 5 on; an older floor installs a broken base."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO_ROOT / "setup.cfg")
+    requires = {line.split(">=")[0].strip(): line.split(">=")[1].strip()
+                for line in cfg["options"]["install_requires"].strip().splitlines() if ">=" in line}
+    tokenizer = json.loads((shipped_checkpoint() / "tokenizer_config.json").read_text())
+    if tokenizer.get("tokenizer_class") == "TokenizersBackend":
+        assert int(requires["transformers"].split(".")[0]) >= 5, requires["transformers"]

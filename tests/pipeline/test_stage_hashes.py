@@ -66,3 +66,53 @@ def test_the_composition_fingerprint_sees_the_gates_not_the_paths(tmp_path):
     second = composition_fingerprint(composed)
     (composed / "compose.json").write_text('{"gate_config": {"top_k": 2}}')
     assert len({first, second, composition_fingerprint(composed)}) == 3
+
+
+def test_compositions_whose_gates_learn_from_hinted_rollouts_carry_the_gate_data_version(tmp_path, monkeypatch):
+    """Gate examples are taken under the unhinted prompt since session 41; a token-level composition over hinted
+    GRPO runs names that in its hash, so a run directory composed before is redone (and nothing else)."""
+    from dataclasses import replace
+
+    from trace_train.pipeline.stages import gate_data_part
+
+    token, hinted, plain = MoEConfig(), GRPOConfig(hint_fraction=0.5, group_size=8), GRPOConfig()
+    assert token.gate.scope == "token" and gate_data_part(token, hinted)
+    assert gate_data_part(replace(token, train=replace(token.train, method="grpo_target")), hinted)
+    assert gate_data_part(token, plain) == ()  # no hinted rollouts: the examples never changed
+    assert gate_data_part(replace(token, gate=replace(token.gate, scope="episode")), hinted) == ()
+    assert gate_data_part(replace(token, train=replace(token.train, method="routing_targets")), hinted) == ()
+
+    monkeypatch.setattr(pipeline_run, "compose_adapters", lambda *args, **kw: {"composed_dir": "c"})
+    original = pipeline_run.Pipeline.__init__
+
+    def with_compose(self, cfg, *args, **kw):
+        cfg.compose.enabled = True
+        original(self, cfg, *args, **kw)
+
+    monkeypatch.setattr(pipeline_run.Pipeline, "__init__", with_compose)
+    stages = _run(tmp_path / "run", monkeypatch)
+    assert stages["compose"]["last_action"] == "ran"
+    assert _run(tmp_path / "run", monkeypatch)["compose"]["last_action"] == "skipped"
+    monkeypatch.setattr(pipeline_run, "gate_data_part", lambda moe, grpo: ("another gate data version",))
+    stages = _run(tmp_path / "run", monkeypatch)
+    assert stages["compose"]["last_action"] == "ran"
+    assert stages["train/precondition_verification"]["last_action"] == "skipped"
+
+
+def test_a_replication_row_of_a_composed_model_sees_its_gates(tmp_path):
+    """An extra seed's composed rows are evaluated from the same paths whatever their gates; their eval stages
+    hash the composition, so a recomposed seed is evaluated again even when seed 0's composition did not change."""
+    from trace_train.pipeline.stages import composition_part
+    from trace_train.policies import PolicySpec
+
+    composed = tmp_path / "composed"
+    composed.mkdir()
+    (composed / "compose.json").write_text('{"gate_config": {"top_k": 1}}')
+    (composed / "gates.safetensors").write_bytes(b"\x00" * 64)
+    for fill, kind in enumerate(("composed", "task_router"), start=1):
+        spec = PolicySpec(kind=kind, name="t", model="m", adapter=str(composed))
+        before = composition_part(spec)
+        assert before == (composition_fingerprint(composed),)
+        (composed / "gates.safetensors").write_bytes(bytes([fill]) * 64)
+        assert composition_part(spec) != before
+    assert composition_part(PolicySpec(kind="hf", name="a", model="m", adapter=str(tmp_path))) == ()

@@ -230,3 +230,21 @@ def test_analysis_section_flags_thin_er_plus_support(tmp_path: Path):
     doc["candidates"][0]["er_plus_support"] = ["not", "a", "dict"]  # a hand-edited file: shown, not a crash
     path.write_text(json.dumps(doc))
     assert "<b>rare_cap</b>: a median of ? per run" in capabilities_section(load_run(tmp_path))
+
+
+def test_training_with_hints_shows_the_unhinted_success(tmp_path: Path):
+    """With grpo.hint_fraction > 0 the success curve counts hinted members; the section splits it."""
+    from trace_train.grpo.metrics import MetricsLogger
+
+    log = MetricsLogger(tmp_path / "run" / "train" / "precondition_verification", tensorboard=False)
+    for it in range(3):
+        log.log(it, {"reward_mean": 0.5, "success_rate": 0.5 + 0.1 * it, "success_rate_hinted": 0.75 + 0.1 * it,
+                     "success_rate_unhinted": 0.25 + 0.1 * it, "hint_logprob_shift": 0.125})
+    page = build_report(tmp_path / "run", tmp_path / "r.html").read_text(encoding="utf-8")
+    section = page[page.index('id="training"'):]
+    section = section[:section.index("</section>")]
+    for column in ("success unhinted", "success hinted", "hint log-prob shift"):
+        assert f"<th>{column}</th>" in section
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", section)
+    assert "0.450" in cells and "0.950" in cells and "0.125" in cells  # the last iteration's split
+    assert "success rate, unhinted members" in section  # and its curve

@@ -178,3 +178,16 @@ def test_synthesize_cli(tmp_path):
     assert [(r["env_id"], r["family"]) for r in rows] == [("trace/tool_calling_precision-retail-sim-v0",
                                                           "tool_calling_precision")]
     assert not list((tmp_path / "gen").glob("*.py"))
+
+
+def test_calibrate_cli_says_when_the_gate_is_passed_only_with_hints(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "trace_train.cli", "calibrate", "env=trace/precondition_verification-v0",
+         "+env_kwargs.refuse_fraction=0.9", "synthesis.hint_fraction=0.5", "synthesis.policy.hint_uptake=0.5",
+         "synthesis.policy.knobs={precondition: 1.0}", "synthesis.n_seeds=40", f"out={tmp_path}",
+         f"hydra.run.dir={tmp_path}/h"],
+        capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    doc = json.loads((tmp_path / "calibration.json").read_text())
+    assert doc["stats"]["unhinted"]["success_rate"] < 0.2 <= doc["stats"]["success_rate"]
+    assert doc["passed"] and doc["needs_hints"] is True and doc["unhinted_failures"], out.stderr
+    assert out.returncode == 0 and "passes only with hints" in out.stdout

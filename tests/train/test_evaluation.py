@@ -46,6 +46,29 @@ def test_summary_per_capability_and_pass_k():
     assert s.to_dict()["overall"]["n"] == 6
 
 
+def test_trials_of_one_task_count_as_one_task_in_the_interval():
+    # every task's two trials agree: the 40 episodes carry the information of 20 tasks
+    agreeing = [_rec(seed, seed % 4 == 0, []) for seed in range(20) for _ in range(2)]
+    s = summarize(agreeing)
+    assert s.overall.n == 40 and s.overall.effective_n == pytest.approx(20)
+    assert s.overall.interval == pytest.approx(wilson_interval(5, 20))
+    assert s.overall.interval[1] - s.overall.interval[0] > wilson_interval(10, 40)[1] - wilson_interval(10, 40)[0]
+    assert s.to_dict()["overall"]["effective_n"] == pytest.approx(20)
+    assert s.per_capability["(none)"].interval == pytest.approx(wilson_interval(5, 20))
+    # trials that disagree as independent draws would: about as wide as the plain interval (kept <= n)
+    mixed = [_rec(seed, t == seed % 2, []) for seed in range(20) for t in range(2)]
+    m = summarize(mixed).overall
+    assert m.rate == 0.5 and m.effective_n == pytest.approx(40)
+    assert m.interval == pytest.approx(wilson_interval(20, 40))
+    # nothing solved: the bound uses the number of tasks, not of episodes
+    none = summarize([_rec(seed, False, []) for seed in range(10) for _ in range(3)]).overall
+    assert none.interval == pytest.approx(wilson_interval(0, 10))
+    # one trial per task: the plain interval, and the dict is what it was
+    single = summarize([_rec(seed, seed < 3, []) for seed in range(10)]).overall
+    assert single.effective_n is None and single.interval == wilson_interval(3, 10)
+    assert "effective_n" not in single.to_dict()
+
+
 def test_summary_pools_id_argument_validity_when_the_env_reports_it():
     a, b = _rec(1, True, []), _rec(2, False, [])
     a.info.update(id_args_total=4, id_args_valid=4)

@@ -72,21 +72,6 @@ CASES = [
 ]
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Loading any model fails the test: validation must come first."""
-    import transformers
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before validation")
-
-    for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
-        monkeypatch.setattr(cls, "from_pretrained", refuse)
-    import trace_train.model.factory as factory
-
-    monkeypatch.setattr(factory, "load_policy", refuse)
-
-
 @pytest.mark.parametrize(("command", "overrides", "key"), CASES, ids=[f"{c}-{o[-1]}" for c, o, _ in CASES])
 def test_bad_key_refused_before_any_work(command, overrides, key, inputs, tmp_path, monkeypatch, capsys,
                                          no_model_load):

@@ -27,6 +27,7 @@ import numpy as np
 
 from trace_envs.episode import ScriptedPolicy, play_scripted
 from trace_envs.families import FAMILIES, FamilyExpert
+from trace_envs.hints import hinted_count
 from trace_envs.synthesis.config import CalibrationGate, SynthesisConfig
 
 logger = logging.getLogger(__name__)
@@ -44,10 +45,8 @@ def scripted_policy_factory(knobs: dict[str, float], seed: int = 0, hint_uptake:
 
 
 def hinted_member_indices(hint_fraction: float, group_size: int) -> tuple[int, ...]:
-    """The calibration members that play with the hint: the first ``round(fraction × G)``."""
-    if not 0.0 <= hint_fraction <= 1.0:
-        raise ValueError(f"hint_fraction must be in [0, 1], got {hint_fraction}")
-    return tuple(range(int(round(hint_fraction * group_size))))
+    """The calibration members that play with the hint: the first ``fraction × G`` (a whole number)."""
+    return tuple(range(hinted_count(hint_fraction, group_size, "synthesis.hint_fraction")))
 
 
 @dataclass
@@ -97,9 +96,10 @@ def group_statistics(rewards: np.ndarray, successes: np.ndarray, pass_k: tuple[i
 GATE_EPSILON = 1e-9  # the gate's bounds are inclusive: a mean of 3/5 that reads 0.6000000000000001 is at 0.6
 
 
-def gate_failures(stats: CalibrationStats, gate: CalibrationGate) -> list[str]:
+def gate_failures(stats: CalibrationStats, gate: CalibrationGate, groups: bool = True) -> list[str]:
     """Human-readable reasons the gate rejects ``stats`` (empty = passes); bounds are inclusive, up to float
-    rounding (``GATE_EPSILON``)."""
+    rounding (``GATE_EPSILON``). ``groups=False`` judges the per-episode bounds only (rates and reward std),
+    not the shares of all-success / all-zero / constant groups."""
     out = []
     eps = GATE_EPSILON
     if not gate.reward_min - eps <= stats.mean_reward <= gate.reward_max + eps:
@@ -108,6 +108,8 @@ def gate_failures(stats: CalibrationStats, gate: CalibrationGate) -> list[str]:
         out.append(f"success rate {stats.success_rate:.3f} outside [{gate.success_min}, {gate.success_max}]")
     if stats.reward_std < gate.min_std - eps:
         out.append(f"reward std {stats.reward_std:.3f} < {gate.min_std}")
+    if not groups:
+        return out
     if stats.frac_all_success > gate.max_all_success + eps:
         out.append(f"all-success groups {stats.frac_all_success:.2f} > {gate.max_all_success}")
     if stats.frac_all_zero > gate.max_all_zero + eps:
@@ -216,10 +218,15 @@ class Trial:
 
 
 def make_trial(knobs: dict[str, Any], stats: CalibrationStats, gate: CalibrationGate) -> Trial:
-    """Judge ``stats`` (all members) against the gate, and its unhinted members alone when hinted."""
+    """Judge ``stats`` (all members) against the gate, and its unhinted members alone when hinted.
+
+    The unhinted members are judged on the per-episode bounds only: their groups are smaller than G, and a
+    group of G/2 is all-zero or constant far more often than a group of G, so an env whose hint changes
+    nothing would read as passing "only with hints"."""
     unhinted = None
     if stats.hinted is not None:
-        unhinted = gate_failures(stats.unhinted, gate) if stats.unhinted is not None else ["every member is hinted"]
+        unhinted = (gate_failures(stats.unhinted, gate, groups=False) if stats.unhinted is not None
+                    else ["every member is hinted"])
     return Trial(dict(knobs), stats, gate_failures(stats, gate), unhinted)
 
 
@@ -279,15 +286,14 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
 
 
 def _hint_note(stats: CalibrationStats, trial: Trial) -> str:
-    """The hinted/unhinted split of a trial's log line; when it passes only with hints, the bounds the unhinted
-    members miss on their own (judged as groups of their own size, which a group bound fails more easily)."""
+    """The hinted/unhinted split of a trial's log line; when it passes only with hints, the per-episode bounds
+    the unhinted members miss on their own."""
     if stats.hinted is None:
         return ""
     unhinted = "–" if stats.unhinted is None else f"{stats.unhinted.success_rate:.3f}"
     only_hinted = ""
     if trial.needs_hints:
-        size = "" if stats.unhinted is None else f" as groups of {stats.unhinted.group_size}"
-        only_hinted = f"; passes only with hints: unhinted alone{size}, {'; '.join(trial.unhinted_failures)}"
+        only_hinted = f"; passes only with hints: unhinted alone, {'; '.join(trial.unhinted_failures)}"
     return f" (success hinted {stats.hinted.success_rate:.3f}, unhinted {unhinted}{only_hinted})"
 
 

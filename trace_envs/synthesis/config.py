@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_envs.config_builder import build
+from trace_envs.hints import hinted_count
 from trace_envs.synthesis.llm.config import GENERATORS, LLMGeneratorConfig
 
 
@@ -102,8 +103,7 @@ class SynthesisConfig:
     def __post_init__(self) -> None:
         if self.n_seeds < 1 or self.group_size < 1:
             raise ValueError("n_seeds and group_size must be >= 1")
-        if not 0.0 <= self.hint_fraction <= 1.0:
-            raise ValueError(f"synthesis.hint_fraction must be in [0, 1], got {self.hint_fraction}")
+        hinted_count(self.hint_fraction, self.group_size, "synthesis.hint_fraction")
         if self.generator not in GENERATORS:
             raise ValueError(f"synthesis.generator must be one of {GENERATORS}, got {self.generator!r}")
 

@@ -146,9 +146,24 @@ def _manifest_lock(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _settings(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a manifest row was calibrated with: its knobs and calibration (seeds, group size, statistics)."""
+    return json.dumps(row.get("knobs"), sort_keys=True, default=str), \
+        json.dumps(row.get("calibration"), sort_keys=True, default=str)
+
+
+def _describe(row: dict[str, Any]) -> str:
+    cal = row.get("calibration") if isinstance(row.get("calibration"), dict) else {}
+    success = cal.get("success_rate")
+    success_text = f"{success:.3f}" if isinstance(success, (int, float)) else "?"
+    return (f"knobs {json.dumps(row.get('knobs'), sort_keys=True, default=str)} (success {success_text} over "
+            f"{cal.get('n_seeds', '?')} seeds x {cal.get('group_size', '?')})")
+
+
 def write_manifest_entry(out_dir: str | os.PathLike, entry: dict[str, Any]) -> dict[str, Any]:
     """Add (or replace, by ``env_id``) one row of ``<out_dir>/manifest.json`` atomically, then (re-)register it in
-    this process so new knobs take effect without a restart; returns the row."""
+    this process so new knobs take effect without a restart; returns the row. Replacing a row calibrated with
+    other knobs or statistics logs a warning naming both."""
     out = Path(out_dir)
     if not entry.get("env_id"):
         raise ValueError(f"a manifest row needs an env_id, got {entry!r}")
@@ -156,6 +171,10 @@ def write_manifest_entry(out_dir: str | os.PathLike, entry: dict[str, Any]) -> d
     out.mkdir(parents=True, exist_ok=True)
     with _manifest_lock(out):  # read-modify-write: two runs emitting into one directory keep both their rows
         doc = read_manifest_strict(manifest_path)
+        for old in doc["envs"]:
+            if old.get("env_id") == entry["env_id"] and _settings(old) != _settings(entry):
+                logger.warning("%s: replacing the row of %s calibrated with %s by one calibrated with %s",
+                               manifest_path, entry["env_id"], _describe(old), _describe(entry))
         doc["envs"] = [e for e in doc["envs"] if e.get("env_id") != entry["env_id"]] + [entry]
         atomic_write_text(manifest_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     import generated_envs

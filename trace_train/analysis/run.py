@@ -53,18 +53,72 @@ def auto_domain(records: Sequence[TrajectoryRecord]) -> str:
     return detect_domain(records)
 
 
-def programmatic_runs(records: Sequence[TrajectoryRecord], cfg: ProgrammaticLabelerConfig, n_runs: int):
+def known_domains() -> list[str]:
+    """The ``analysis.programmatic.domain`` values: ``auto``, ``tau2`` and every domain with probes (all loaded)."""
+    import importlib
+
+    from trace_train.analysis import probes
+
+    for module in set(probes._DOMAIN_MODULES.values()):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:  # a domain whose env package is not installed
+            logger.debug("probe module %s not importable: %s", module, exc)
+    return sorted({"auto", "tau2", *probes._REGISTRY, *probes._DOMAIN_MODULES})
+
+
+def programmatic_capabilities(records: Sequence[TrajectoryRecord], cfg: ProgrammaticLabelerConfig
+                              ) -> tuple[str, list[Capability]]:
+    """The domain and the capabilities the programmatic labeler probes; ``ValueError`` naming the key to fix."""
     domain = cfg.domain if cfg.domain != "auto" else auto_domain(records)
     if domain == "tau2":
         from trace_train.analysis import tau2_labeler  # noqa: F401  (registers the τ² probes)
     names = list(cfg.capabilities) if cfg.capabilities else None
-    caps = capabilities_for(domain, include_generic=bool(cfg.include_generic), names=names)
+    try:
+        caps = capabilities_for(domain, include_generic=bool(cfg.include_generic), names=names)
+    except KeyError as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        if names is not None and domain in known_domains():
+            raise ValueError(f"analysis.programmatic.capabilities={names}: {message}") from None
+        raise ValueError(f"analysis.programmatic.domain={cfg.domain}: no probes registered for domain {domain!r}; "
+                         f"choose one of {', '.join(known_domains())}") from None
+    return domain, caps
+
+
+def check_llm(cfg: LLMLabelerConfig) -> list[Capability] | None:
+    """The LLM labeler's settings that fail without a request (``ValueError`` naming the key); the candidate
+    dictionary of ``capabilities_file`` when given."""
+    if isinstance(cfg.timeout, bool) or not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0:
+        raise ValueError(f"analysis.llm.timeout must be a number of seconds > 0, got {cfg.timeout!r}; "
+                         "set analysis.llm.timeout=<seconds>")
+    if cfg.capabilities_file:
+        if not Path(cfg.capabilities_file).is_file():
+            raise ValueError(f"analysis.llm.capabilities_file={cfg.capabilities_file}: no such file; set "
+                             "analysis.llm.capabilities_file=<candidate dictionary JSON> or null to discover them")
+        return load_capabilities(cfg.capabilities_file)
+    return None
+
+
+def check_analysis(records: Sequence[TrajectoryRecord], cfg: AnalysisConfig | Any, labeler: str) -> None:
+    """Everything about the labeler that can be checked before any file is written (``ValueError`` otherwise)."""
+    cfg = AnalysisConfig.coerce(cfg)
+    if labeler == "programmatic":
+        programmatic_capabilities(records, cfg.programmatic)
+    elif labeler == "llm":
+        check_llm(cfg.llm)
+    else:
+        raise ValueError(f"labeler must be 'programmatic' or 'llm', got {labeler!r}")
+
+
+def programmatic_runs(records: Sequence[TrajectoryRecord], cfg: ProgrammaticLabelerConfig, n_runs: int):
+    domain, caps = programmatic_capabilities(records, cfg)
     logger.info("programmatic labeler: domain %s, %d capabilities", domain, len(caps))
     labeler = ProgrammaticLabeler(caps, noise_rate=float(cfg.noise_rate), seed=int(cfg.seed))
     return caps, labeler.label(records, n_runs)
 
 
 def llm_runs(records: Sequence[TrajectoryRecord], cfg: LLMLabelerConfig, n_runs: int, out_dir: Path):
+    given = check_llm(cfg)
     cache = cfg.cache_dir or str(Path.home() / ".cache" / "trace-rl" / "llm_analysis")
     client = ChatClient(
         base_url=cfg.base_url, model=cfg.model, api_key=cfg.api_key, temperature=float(cfg.temperature),
@@ -74,8 +128,8 @@ def llm_runs(records: Sequence[TrajectoryRecord], cfg: LLMLabelerConfig, n_runs:
                          seed=int(cfg.seed), max_tool_chars=int(cfg.max_tool_chars),
                          discovery_max_chars=int(cfg.discovery_max_chars),
                          min_labeled_fraction=float(cfg.min_labeled_fraction))
-    if cfg.capabilities_file:
-        caps = load_capabilities(cfg.capabilities_file)
+    if given is not None:
+        caps = given
     else:
         caps = labeler.discover(records, max_candidates=int(cfg.max_candidates))
         write_json_atomic(out_dir / "candidate_capabilities.json", {"candidates": [c.to_dict() for c in caps]})
@@ -93,10 +147,11 @@ def run_analysis(records: Sequence[TrajectoryRecord], cfg: AnalysisConfig | Any,
     """
     cfg = AnalysisConfig.coerce(cfg)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if not records:
         raise ValueError("no trajectories to analyze")
     success = success_map(records)
+    check_analysis(records, cfg, labeler)  # before the out dir is made: a bad setting leaves no folder
+    out.mkdir(parents=True, exist_ok=True)
     n_runs = int(cfg.n_runs)
     if labeler == "programmatic":
         caps, runs = programmatic_runs(records, cfg.programmatic, n_runs)
@@ -114,4 +169,6 @@ def run_analysis(records: Sequence[TrajectoryRecord], cfg: AnalysisConfig | Any,
     return AnalysisOutput(result=result, capabilities=list(caps), runs=runs, out_dir=out)
 
 
-__all__ = ["AnalysisOutput", "run_analysis", "write_selected"]
+RESULT_FILES = ("selected_capabilities.json", "candidate_capabilities.json", "labels/run_*.json")  # what a run writes
+
+__all__ = ["RESULT_FILES", "AnalysisOutput", "check_analysis", "run_analysis", "write_selected"]

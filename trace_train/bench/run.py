@@ -2,7 +2,8 @@
 
 Outcomes are paired by (env, seed, trial): each policy's ``trials`` episodes per seed use the same
 sampler seeds, so the base and an adapter see identical tasks. The comparison unit of the bootstrap
-is the seed (its mean success over trials); McNemar pairs single episodes.
+is the seed (its mean success over trials); McNemar pairs single episodes and, since it needs independent
+pairs, reads the first trial of each seed (the trials of one seed are correlated).
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def compare(env: str, records: dict[str, list[TrajectoryRecord]], baseline: str,
             keys = sorted(set(base) & set(mine))
             if len(keys) != len(base) or len(keys) != len(mine):
                 raise ValueError(f"{env}: {name} and {baseline} did not play the same episodes")
-            row.mcnemar_b, row.mcnemar_c, row.mcnemar_p = mcnemar_exact([base[k] for k in keys],
-                                                                        [mine[k] for k in keys])
+            first = [k for k in keys if k[1] == 0]
+            row.mcnemar_b, row.mcnemar_c, row.mcnemar_p = mcnemar_exact([base[k] for k in first],
+                                                                        [mine[k] for k in first])
             per_seed: dict[int, list[tuple[bool, bool]]] = defaultdict(list)
             for k in keys:
                 per_seed[k[0]].append((base[k], mine[k]))

@@ -14,6 +14,17 @@ def synthesis_config(cfg: DictConfig) -> SynthesisConfig:
     return SynthesisConfig.from_dict(OmegaConf.to_container(cfg.synthesis, resolve=True))  # type: ignore[arg-type]
 
 
+def check_policy(cfg: SynthesisConfig) -> None:
+    """``synthesis.policy``: a model policy names an existing model (checked before any loads)."""
+    from trace_train.commands._validate import ConfigError, model_dir
+
+    if cfg.policy.kind != "scripted":
+        if not cfg.policy.model:
+            raise ConfigError(f"synthesis.policy.kind={cfg.policy.kind} needs synthesis.policy.model=<local HF "
+                              "directory>")
+        model_dir(cfg.policy.model, "synthesis.policy.model")
+
+
 def collector(cfg: SynthesisConfig) -> Collector:
     """The calibration rollouts: the scripted expert of ``synthesis.policy`` or its model."""
     from trace_train.calibration import collector_for

@@ -198,7 +198,7 @@ GROUP_COUNTS: dict[str, dict[str, int]] = {
 GROUP_FRACTIONS: dict[str, tuple[str, ...]] = {
     "pipeline": ("policy.top_p",),
     "grpo": ("hint_fraction", "top_p"),
-    "analysis": ("rho", "delta", "programmatic.noise_rate", "llm.min_labeled_fraction"),
+    "analysis": ("rho", "programmatic.noise_rate", "llm.min_labeled_fraction"),  # delta: [-1, 1], below
     "synthesis": ("hint_fraction", "policy.hint_uptake", "gate.reward_min", "gate.reward_max", "gate.success_min",
                   "gate.success_max", "gate.min_std", "gate.max_all_success", "gate.max_all_zero",
                   "gate.max_constant", "llm.validation.oracle_min", "llm.validation.baseline_max",
@@ -215,6 +215,8 @@ def check_groups(cfg: Any, *groups: str) -> None:
             continue
         check_counts(cfg, {f"{group}.{k}": m for k, m in GROUP_COUNTS[group].items()})
         check_fractions(cfg, [f"{group}.{k}" for k in GROUP_FRACTIONS[group]])
+        if group == "analysis":  # δ thresholds Δ, a difference of two shares (AnalysisConfig: [-1, 1])
+            check_fractions(cfg, ["analysis.delta"], low=-1.0)
     if _lookup(cfg, "analysis") is not None:
         k, n_runs = _lookup(cfg, "analysis.k"), _lookup(cfg, "analysis.n_runs")
         if k > n_runs:
@@ -256,6 +258,21 @@ def check_policy_spec(spec: Any, key: str) -> None:
             raise ConfigError(f"{key}.{name} must be an integer >= 1, got {value!r}; set {key}.{name}=<integer >= 1>")
     if not 0.0 < float(spec.top_p) <= 1.0:
         raise ConfigError(f"{key}.top_p must be in (0, 1], got {spec.top_p!r}; set {key}.top_p=<number in (0, 1]>")
+    temperature = spec.temperature
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0 or (
+            temperature == 0 and not spec.greedy and spec.kind not in ("oracle", "expert", "gold")):
+        raise ConfigError(f"{key}.temperature must be a number > 0, got {temperature!r} (greedy decoding is "
+                          f"{key}.greedy=true); set {key}.temperature=<number > 0>")
+    if spec.kind == "expert":  # the scripted expert's knobs, each a probability of its mistake
+        from trace_envs.retail_sim import ExpertKnobs
+
+        try:
+            ExpertKnobs(**dict(spec.knobs or {}))
+        except TypeError as exc:
+            raise ConfigError(f"{key}.knobs={dict(spec.knobs)}: {exc}; the knobs are precondition, structured, "
+                              "multi_step, precision") from None
+        except ValueError as exc:
+            raise ConfigError(f"{key}.knobs: {exc}; set {key}.knobs.<name>=<number in [0, 1]>") from None
     if spec.kind in ("hf", "composed", "task_router", "openai"):
         model_dir(spec.model, f"{key}.model")
     if spec.kind in ("hf", "composed", "task_router") and spec.adapter:
@@ -266,3 +283,137 @@ def check_policy_spec(spec: Any, key: str) -> None:
         from trace_moe.routers import composition_labels
 
         composition_labels(spec.adapter, spec.route_descriptions or None)
+
+
+# --- multirun (``-m``) sweeps: every job must write its own outputs -------------------------------------------------
+
+# interpolations whose value differs between the jobs of one sweep
+_PER_JOB_REFS = ("hydra:job.num", "hydra:job.id", "hydra:job.override_dirname", "hydra:runtime.output_dir",
+                 "hydra:sweep.subdir", "hydra.job.num", "hydra.job.id", "hydra.job.override_dirname",
+                 "hydra.runtime.output_dir", "hydra.sweep.subdir")
+
+
+def in_multirun() -> bool:
+    """Whether this command runs as one job of a Hydra ``-m`` sweep."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    except (ImportError, ValueError):
+        return False
+
+
+def command_line_overrides(argv: Sequence[str] | None = None) -> list[Any]:
+    """The Hydra overrides of the command line (``sys.argv``), parsed (sweeps unexpanded); [] if unparsable."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    try:
+        return OverridesParser.create().parse_overrides(args)
+    except Exception:  # noqa: BLE001  (Hydra already accepted the command line; fall back to nothing known)
+        return []
+
+
+def _raw_value(cfg: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    parts = key.split(".")
+    node: Any = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    for part in parts:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def check_multirun_output(cfg: Any, key: str, example: str, what: str = "its outputs") -> None:
+    """In a ``-m`` sweep of several jobs, :class:`ConfigError` unless ``key`` (an output location) differs per job:
+    the key is swept itself, its value interpolates a per-job value (``${hydra:job.num}``, the job's own
+    ``${hydra:runtime.output_dir}``, a swept key), or (not set on the command line) a swept config group such as
+    ``preset`` sets it. Otherwise every job would write ``what`` into one place, each replacing the one before."""
+    if not in_multirun():
+        return
+    overrides = command_line_overrides()
+    sweeps = [o for o in overrides if o.is_sweep_override()]
+    if not sweeps:
+        return  # one job
+    swept = {str(o.key_or_group) for o in sweeps}
+    if key in swept:
+        return
+    raw = _raw_value(cfg, key)
+    import re
+
+    refs = [r.strip() for r in re.findall(r"\$\{([^}]*)\}", str(raw))] if isinstance(raw, str) else []
+    if any(ref in _PER_JOB_REFS or ref in swept for ref in refs):
+        return
+    given = {str(o.key_or_group) for o in overrides if not o.is_sweep_override()}
+    conf_dir = Path(__file__).resolve().parents[2] / "conf"
+    if key not in given and any("." not in g and (conf_dir / g).is_dir() for g in swept):
+        return  # a swept group (preset=smoke,quick) sets it per job
+    value = _lookup(cfg, key)
+    value = "null" if value is None else value
+    raise ConfigError(f"{key}={value} is the same for every job of this -m sweep: each job would replace "
+                      f"{what} of the one before; sweep {key} itself or make it per job, e.g. '{key}={example}'")
+
+
+def check_bool(cfg: Any, key: str) -> bool:
+    """``cfg.<key>`` as a bool: only ``true`` / ``false`` (``no``, ``0``, ``yes`` are refused, not read as truthy)."""
+    value = _lookup(cfg, key)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {value!r}; set {key}=true or {key}=false")
+    return value
+
+
+def env_kwargs_dict(value: Any, key: str = "env_kwargs") -> dict[str, Any]:
+    """``value`` (a config node or None) as a dict of gym.make kwargs; :class:`ConfigError` naming ``key`` otherwise."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a mapping of env keyword arguments, got {value!r}; "
+                          f"set {key}={{name: value}} or +{key}.<name>=<value>")
+    return {str(k): v for k, v in value.items()}
+
+
+def check_env_kwargs(env_ids: Sequence[str], env_kwargs: Mapping[str, Any], key: str = "env_kwargs") -> None:
+    """Every env of ``env_ids`` takes ``env_kwargs``: each is built once (and closed) when kwargs are given, so an
+    unknown or out-of-range keyword is one :class:`ConfigError` before any model loads. Ids must resolve already."""
+    if not env_kwargs:
+        return
+    import gymnasium as gym
+
+    for env_id in env_ids:
+        try:
+            env = gym.make(str(env_id), **dict(env_kwargs))
+        except (TypeError, ValueError, KeyError) as exc:
+            reason = str(exc).split(" was raised from the environment creator")[0]
+            raise ConfigError(f"{key}={dict(env_kwargs)} does not fit env {env_id}: {reason}") from None
+        env.close()
+
+
+RESULTS_IF_EXISTS = ("error", "overwrite")
+
+
+def check_results_dir(out: Path, key: str, patterns: Sequence[str], if_exists: Any) -> list[Path]:
+    """The result files (``patterns``, globs relative to ``out``) an earlier run left in the output directory
+    ``out``: :class:`ConfigError` when there are some and ``if_exists`` is not ``overwrite`` (nothing is silently
+    replaced), or when ``out`` is a file. Returns them; :func:`clear_results` removes them before the new run
+    writes, so no stale file of the old run stays beside the new results."""
+    if if_exists not in RESULTS_IF_EXISTS:
+        raise ConfigError(f"if_exists must be one of {', '.join(RESULTS_IF_EXISTS)}, got {if_exists!r}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{key}={out}: exists and is not a directory; set {key}=<directory>")
+    found = sorted({p for pattern in patterns for p in out.glob(pattern) if p.is_file()}) if out.is_dir() else []
+    if found and if_exists != "overwrite":
+        names = ", ".join(str(p.relative_to(out)) for p in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise ConfigError(f"{key}={out} already holds results ({names}); choose another {key}= or set "
+                          "if_exists=overwrite to replace them")
+    return found
+
+
+def clear_results(found: Sequence[Path]) -> None:
+    """Remove the stale result files :func:`check_results_dir` found (``if_exists=overwrite``)."""
+    for path in found:
+        path.unlink(missing_ok=True)

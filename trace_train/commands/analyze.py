@@ -2,7 +2,8 @@
 
 Contrastive capability analysis (paper §2): label every (trajectory, capability) pair in N runs,
 aggregate Cov / Δ per run, keep capabilities that pass ≥ K runs; writes
-``<out>/selected_capabilities.json`` and ``<out>/labels/run_XX.json``. Sweep the thresholds with
+``<out>/selected_capabilities.json`` and ``<out>/labels/run_XX.json``; an ``out`` that already holds them is
+refused unless ``if_exists=overwrite`` (which first removes the earlier run's label files). Sweep the thresholds with
 ``-m analysis.delta=0.1,0.2,0.3 analysis.rho=0.05,0.1,0.2``; the sweep dir then gets
 ``sweep_table.csv`` / ``sweep_table.html``.
 """
@@ -10,6 +11,7 @@ aggregate Cov / Δ per run, keep capabilities that pass ≥ K runs; writes
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,7 +22,7 @@ from rich.console import Console
 import trace_train.paths
 from trace_envs.records import ReadReport, read_trajectories
 from trace_train.analysis.aggregate import candidates_table
-from trace_train.analysis.run import run_analysis
+from trace_train.analysis.run import RESULT_FILES, check_analysis, run_analysis
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +34,25 @@ def main(cfg: DictConfig) -> None:
     import importlib
 
     from trace_train.analysis.config import AnalysisConfig
-    from trace_train.commands._validate import ConfigError, check_groups, existing_path, fail
+    from trace_train.commands._validate import (
+        ConfigError,
+        check_groups,
+        check_multirun_output,
+        check_results_dir,
+        clear_results,
+        existing_path,
+        fail,
+    )
 
     try:
+        check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its selected_capabilities.json and labels")
         check_groups(cfg, "analysis")
         if str(cfg.labeler) not in LABELERS:
             raise ConfigError(f"labeler={cfg.labeler!r}: choose one of {', '.join(LABELERS)}")
         trajectories = existing_path(cfg.trajectories, "trajectories", "JSONL file", must_be="file")
         analysis = AnalysisConfig.from_dict(cfg.analysis)
+        out = Path(to_absolute_path(str(cfg.out)))
+        stale = check_results_dir(out, "out", RESULT_FILES, cfg.get("if_exists"))
     except (ConfigError, ValueError) as exc:
         fail("analyze", str(exc))
     for module in cfg.get("imports") or []:  # a user's module that registers its env's probes
@@ -54,10 +67,15 @@ def main(cfg: DictConfig) -> None:
         fail("analyze", str(exc))
     if report.truncated_last_line:
         logger.warning("%s: truncated last line skipped", cfg.trajectories)
+    try:
+        check_analysis(records, analysis, str(cfg.labeler))  # before anything is written into out
+    except ValueError as exc:
+        fail("analyze", str(exc))
+    clear_results(stale)  # if_exists=overwrite: no label file of the earlier run stays beside the new ones
     meta = {"trajectories": str(cfg.trajectories)}
     if HydraConfig.initialized():
         meta["overrides"] = list(HydraConfig.get().overrides.task)
-    output = run_analysis(records, analysis, cfg.labeler, to_absolute_path(cfg.out), meta)
+    output = run_analysis(records, analysis, cfg.labeler, out, meta)
     console = Console()
     console.print(candidates_table(output.result))
     console.print(f"selected: {[c.name for c in output.result.selected]} -> "

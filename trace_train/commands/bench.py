@@ -3,7 +3,8 @@
 Everything that can be checked (counts, the split's seeds, policy specs, every env id, scripted
 policies' task annotations) is checked before any model loads. ``run_dir=`` registers the envs a
 pipeline run synthesized (its ``synthesis/manifest.json``) and benches on them after ``envs``. Writes
-``bench.json``, ``bench.html`` and one trajectories file per (env, policy) into ``out_dir``.
+``bench.json``, ``bench.html`` and one trajectories file per (env, policy) into ``out_dir``; an ``out_dir`` that
+already holds them is refused unless ``if_exists=overwrite`` (which removes the earlier files first).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from trace_train.paths import CONF_DIR
+
+RESULT_FILES = ("bench.json", "bench.html", "trajectories_*.jsonl")  # what a bench writes into out_dir
 
 
 def named_policies(overrides: list[str]) -> set[str]:
@@ -35,20 +38,29 @@ def _checked(cfg: DictConfig, named: set[str]) -> tuple[dict[str, int], list[str
     ``run_policies``, only those replace the run's own models of the same name)."""
     from trace_envs.env_refs import register_run_dir
     from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands._validate import check_bool, check_counts
     from trace_train.commands.eval import policies_from_config
     from trace_train.commands.rollout import check_count, check_seed_range
     from trace_train.policies import check_policy_env
 
     counts = {k: check_count(cfg, k, 1) for k in ("episodes", "trials", "batch_episodes", "n_boot")}
+    check_counts(cfg, {"seed": 0})
+    check_bool(cfg, "run_greedy")
+    check_bool(cfg, "run_policies")
     check_seed_range(cfg.split, counts["episodes"])
-    envs = [str(e) for e in (OmegaConf.to_container(cfg.envs, resolve=True) or [])]
+    raw_envs = OmegaConf.to_container(cfg.envs, resolve=True) if OmegaConf.is_config(cfg.envs) else cfg.envs
+    if isinstance(raw_envs, str):  # envs=trace/retail-sim-v0: one env
+        raw_envs = [raw_envs]
+    if raw_envs is not None and not isinstance(raw_envs, list):
+        raise ValueError(f"envs must be an env id or a list of them, got {raw_envs!r}; set envs=[<id>, ...]")
+    envs = [str(e) for e in (raw_envs or [])]
     if cfg.get("run_dir"):
         envs += [e for e in register_run_dir(to_absolute_path(str(cfg.run_dir))) if e not in envs]
     if not envs:
         raise ValueError("no env to bench on; set envs=[<id>, ...] or run_dir=<pipeline run>")
     resolve_cfg_envs(cfg, envs)
     policies = policies_from_config(cfg)
-    if cfg.get("run_policies"):
+    if cfg.run_policies:
         if not cfg.get("run_dir"):
             raise ValueError("run_policies=true needs run_dir=<pipeline run>")
         from trace_train.bench.from_run import run_policies
@@ -93,17 +105,21 @@ def main(cfg: DictConfig) -> None:
     from trace_envs.records import write_json_atomic, write_trajectories
     from trace_train.bench import run_bench
     from trace_train.bench.html import write_html
+    from trace_train.commands._validate import check_multirun_output, check_results_dir, clear_results
     from trace_train.commands.rollout import exit_with
 
     try:
+        check_multirun_output(cfg, "out_dir", "${hydra:runtime.output_dir}", "its bench.json and trajectories")
         counts, envs, policies = _checked(cfg, named_policies(list(HydraConfig.get().overrides.task)))
+        out = Path(to_absolute_path(str(cfg.out_dir)))
+        stale = check_results_dir(out, "out_dir", RESULT_FILES, cfg.get("if_exists"))
     except ValueError as exc:
         exit_with("bench", str(exc))
     played: dict = {}
     result = run_bench(policies, envs, str(cfg.split), counts["episodes"], counts["trials"],
                        baseline=cfg.baseline, batch=counts["batch_episodes"], n_boot=counts["n_boot"],
                        seed=int(cfg.seed), played=played)
-    out = Path(to_absolute_path(str(cfg.out_dir)))
+    clear_results(stale)  # if_exists=overwrite: no trajectories file of the earlier run stays beside the new ones
     for (env, name), records in played.items():
         write_trajectories(out / f"trajectories_{_slug(env)}_{_slug(name)}.jsonl", records)
     write_json_atomic(out / "bench.json", {"envs": envs, **result.to_dict()})

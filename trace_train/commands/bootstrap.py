@@ -52,16 +52,24 @@ def main(cfg: DictConfig) -> None:
     from trace_train.bootstrap.compare import compare_models, model_fingerprint
     from trace_train.bootstrap.config import BootstrapConfig
     from trace_train.bootstrap.trainer import BootstrapPaused, Bootstrapper
-    from trace_train.commands._validate import check_groups, fail, paused
+    from trace_train.commands._validate import check_groups, check_multirun_output, fail, paused
 
     try:
         check_groups(cfg, "bootstrap")
         config = BootstrapConfig.from_dict(OmegaConf.to_container(cfg.bootstrap, resolve=True))
         if cfg.if_exists not in ("error", "overwrite"):
             raise ValueError(f"if_exists must be one of error, overwrite; got {cfg.if_exists!r}")
+        if cfg.export_to:
+            check_multirun_output(cfg, "export_to", "checkpoints/sweep-${hydra:job.num}", "its exported model")
+        if cfg.export_to and Path(cfg.export_to).exists() and not Path(cfg.export_to).is_dir():
+            raise ValueError(f"export_to={cfg.export_to} exists and is not a directory (if_exists=overwrite replaces "
+                             "only an exported model directory); choose another export_to=")
         if cfg.export_to and Path(cfg.export_to).exists() and cfg.if_exists != "overwrite":
             raise ValueError(f"export_to={cfg.export_to} already exists; choose another directory or set "
                              "if_exists=overwrite to replace it")
+        if not cfg.cache_dir or (Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir()):
+            raise ValueError(f"cache_dir={cfg.cache_dir}: not a directory; set cache_dir=<directory for the "
+                             "bootstrap cache>")
         runner = Bootstrapper(config, Path(cfg.cache_dir))
         reference = reference_model(cfg.compare_to, runner.config_hash)  # checked before hours of training
     except (TypeError, ValueError, FileNotFoundError) as exc:

@@ -54,8 +54,11 @@ def _container(value: Any) -> Any:
 def validate(cfg: DictConfig) -> dict[str, Any]:
     """Check every key before a model loads; the resolved paths and settings, or :class:`ConfigError`."""
     from trace_moe.config import MoEConfig
-    from trace_train.commands._validate import check_groups
+    from trace_train.commands._validate import check_bool, check_groups, check_multirun_output
 
+    check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its composition")
+    for key in ("only_successful", "eval_greedy"):
+        check_bool(cfg, key)
     check_groups(cfg, "moe")
     adapters = _container(cfg.adapters)
     if isinstance(adapters, str):
@@ -135,7 +138,11 @@ def _checked_eval(cfg: DictConfig) -> int:
     episodes = positive_int(cfg, "eval_episodes", 0)
     if episodes:
         known_env(str(cfg.eval_env), "eval_env")
-        check_seed_range(str(cfg.eval_split), episodes)
+        try:
+            check_seed_range(str(cfg.eval_split), episodes)
+        except ValueError as exc:  # its message names split= / episodes=: here they are eval_split / eval_episodes
+            text = str(exc).replace("set split=", "set eval_split=").replace("episodes=", "eval_episodes=")
+            raise ConfigError(f"eval_split={cfg.eval_split}: {text}") from None
     return episodes
 
 
@@ -181,7 +188,7 @@ def main(cfg: DictConfig) -> None:
 
     try:
         v = validate(cfg)
-    except ConfigError as exc:
+    except ValueError as exc:  # ConfigError, and the split checks' ValueError (eval_split=foo)
         fail("compose", str(exc))
     torch.set_num_threads(int(cfg.threads))
     from transformers import AutoModelForCausalLM

@@ -1,6 +1,11 @@
-"""``trace-rl eval``: compare policies on held-out seeds (pass rate, pass^k, per capability)."""
+"""``trace-rl eval``: compare policies on held-out seeds (pass rate, pass^k, per capability).
+
+Writes ``eval.json`` and one ``trajectories_<policy>.jsonl`` per policy into ``out_dir``; an ``out_dir`` that
+already holds them is refused unless ``if_exists=overwrite`` (which removes the earlier files first)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -32,28 +37,49 @@ def checked_policies(cfg: DictConfig) -> dict:
     """The env resolves (``imports``, ``run_dir``, ``module:id``) and each scripted policy can play it,
     all before any model loads; returns the policy specs."""
     from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands._validate import check_env_kwargs, env_kwargs_dict
     from trace_train.policies import check_policy_env
 
+    env_kwargs = env_kwargs_dict(cfg.get("env_kwargs"))
     resolve_cfg_envs(cfg, [str(cfg.env)])
+    check_env_kwargs([str(cfg.env)], env_kwargs)  # an unknown keyword fails here, not after a model loads
     policies = policies_from_config(cfg)
+    if not policies:
+        raise ValueError("no policy to evaluate; set policies.<name>={kind: ..., ...}")
     for spec in policies.values():
-        check_policy_env(spec, str(cfg.env), OmegaConf.to_container(cfg.env_kwargs, resolve=True))
+        check_policy_env(spec, str(cfg.env), env_kwargs)
     return policies
+
+
+def checked_out_dir(cfg: DictConfig, what: str) -> tuple[Path, list[Path]]:
+    """``out_dir`` (per job in a ``-m`` sweep) and the earlier run's result files in it (refused unless
+    ``if_exists=overwrite``)."""
+    from hydra.utils import to_absolute_path
+
+    from trace_train.commands._validate import check_multirun_output, check_results_dir
+    from trace_train.evaluation.run import RESULT_FILES
+
+    check_multirun_output(cfg, "out_dir", "${hydra:runtime.output_dir}", what)
+    out = Path(to_absolute_path(str(cfg.out_dir)))
+    return out, check_results_dir(out, "out_dir", RESULT_FILES, cfg.get("if_exists"))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from trace_train.commands._validate import clear_results, env_kwargs_dict
     from trace_train.commands.rollout import exit_with
 
     try:
         counts = check_counts(cfg)
         policies = checked_policies(cfg)
+        out, stale = checked_out_dir(cfg, "its eval.json and trajectories")
     except ValueError as exc:
         exit_with("eval", str(exc))
 
     from trace_train.evaluation.run import evaluate_policies, print_comparison
 
+    clear_results(stale)  # if_exists=overwrite: no trajectories file of the earlier run stays beside the new ones
     results = evaluate_policies(policies, cfg.env, cfg.split, counts["episodes"], counts["trials"],
-                                OmegaConf.to_container(cfg.env_kwargs), cfg.out_dir, counts["batch_episodes"],
+                                env_kwargs_dict(cfg.get("env_kwargs")), out, counts["batch_episodes"],
                                 workers=counts["workers"])
     print_comparison(results, title=f"{cfg.env}, {cfg.split} split, {cfg.episodes} seeds x {cfg.trials}")

@@ -5,20 +5,24 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from trace_train.commands.eval import check_counts, checked_policies
+from trace_train.commands.eval import check_counts, checked_out_dir, checked_policies
 from trace_train.paths import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="expert", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from trace_train.commands._validate import clear_results, env_kwargs_dict
     from trace_train.commands.rollout import exit_with
     from trace_train.evaluation.run import evaluate_policies, print_comparison
 
     try:
         counts = check_counts(cfg)
         policies = checked_policies(cfg)
+        out, stale = checked_out_dir(cfg, "its eval.json and trajectories")
     except ValueError as exc:
         exit_with("expert", str(exc))
+    clear_results(stale)  # if_exists=overwrite: no trajectories file of the earlier run stays beside the new ones
     results = evaluate_policies(policies, cfg.env, cfg.split, counts["episodes"], counts["trials"],
-                                dict(cfg.env_kwargs), cfg.out_dir, counts["batch_episodes"], workers=counts["workers"])
+                                env_kwargs_dict(cfg.get("env_kwargs")), out, counts["batch_episodes"],
+                                workers=counts["workers"])
     print_comparison(results, title=f"scripted policies on {cfg.env}, {cfg.split} split")

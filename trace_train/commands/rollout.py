@@ -44,9 +44,15 @@ def exit_with(command: str, message: str) -> NoReturn:
 def _checked(cfg: DictConfig) -> tuple[dict[str, int], str, list, Any]:
     """Validate all that needs no model and no env instance; returns (counts, if_exists, requests, policy spec)."""
     from trace_train.commands._env_refs import resolve_cfg_envs
-    from trace_train.commands._validate import check_policy_spec
+    from trace_train.commands._validate import (
+        check_env_kwargs,
+        check_multirun_output,
+        check_policy_spec,
+        env_kwargs_dict,
+    )
     from trace_train.policies import PolicySpec, check_policy_env
 
+    check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}/trajectories.jsonl", "its trajectories")
     counts = {"episodes": check_count(cfg, "episodes", 1), "offset": check_count(cfg, "offset", 0),
               "group_size": check_count(cfg, "group_size", 1), "batch_episodes": check_count(cfg, "batch_episodes", 1)}
     if_exists = cfg.get("if_exists")
@@ -54,7 +60,8 @@ def _checked(cfg: DictConfig) -> tuple[dict[str, int], str, list, Any]:
         raise ValueError(f"if_exists must be one of {', '.join(IF_EXISTS)}, got {if_exists!r}")
     resolve_cfg_envs(cfg, [str(cfg.env)])
     check_seed_range(cfg.split, counts["episodes"], counts["offset"])
-    env_kwargs = OmegaConf.to_container(cfg.env_kwargs)
+    env_kwargs = env_kwargs_dict(cfg.get("env_kwargs"))
+    check_env_kwargs([str(cfg.env)], env_kwargs)
     requests = rollout_requests(cfg.env, env_kwargs, cfg.split, counts["episodes"],
                                 counts["offset"], counts["group_size"])
     spec = PolicySpec.from_dict(OmegaConf.to_container(cfg.policy, resolve=True))

@@ -26,7 +26,7 @@ from trace_envs.synthesis import read_selected, synthesize
 from trace_envs.synthesis.emit import MANIFEST, atomic_write_text, read_manifest_strict
 from trace_envs.synthesis.llm.swe_scenario import is_swe_target
 from trace_train.calibration import collector_for
-from trace_train.commands._synthesis_common import collector, stats_table, synthesis_config
+from trace_train.commands._synthesis_common import check_policy, collector, stats_table, synthesis_config
 from trace_train.synthesis.generator import check_llm_config, run_llm_stage
 
 logger = logging.getLogger(__name__)
@@ -38,11 +38,14 @@ def _default_out_dir() -> Path:
 
 @hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="synthesize", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from trace_train.commands._validate import check_groups, existing_path, fail
+    from trace_train.commands._validate import check_groups, check_multirun_output, existing_path, fail
 
     try:
+        check_multirun_output(cfg, "out_dir", "generated/${hydra:job.num}", "its rows of manifest.json")
+        check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its synthesis_report.json")
         check_groups(cfg, "synthesis")
         scfg = synthesis_config(cfg)
+        check_policy(scfg)
         selected_path = str(existing_path(cfg.selected, "selected", "selected_capabilities.json file", must_be="file"))
         selected = read_selected(selected_path)
     except (TypeError, ValueError) as exc:
@@ -54,11 +57,15 @@ def main(cfg: DictConfig) -> None:
         fail("synthesize", str(exc))
     console = Console()
     rows = []
-    llm_collector = collector_for(scfg) if scfg.generator == "llm" else None
-    check_llm_config(scfg, llm_collector)
+    try:
+        llm_collector = collector_for(scfg) if scfg.generator == "llm" else None
+        check_llm_config(scfg, llm_collector)
+        rollouts = collector(scfg)
+    except (TypeError, ValueError) as exc:
+        fail("synthesize", str(exc))
     # a SWE target (synthesis.domain=swe) gets LLM-written SWE scenarios only: the families build tool envs
     family_caps = [] if scfg.generator == "llm" and is_swe_target(scfg.domain) else selected
-    report = synthesize(family_caps, scfg, out_dir, source=selected_path, collector=collector(scfg),
+    report = synthesize(family_caps, scfg, out_dir, source=selected_path, collector=rollouts,
                         on_trial=lambda cap, t: rows.append((cap, t.knobs, t.stats, t.failures)))
     trajectories = to_absolute_path(str(cfg.trajectories)) if cfg.get("trajectories") else None
     llm_results = run_llm_stage(selected, scfg, out_dir, llm_collector, trajectories, source=selected_path)

@@ -28,6 +28,7 @@ from trace_envs.records import task_capabilities
 
 NONE = "(none)"  # the cell of tasks that need no capability
 SEVERAL = "(2+ capabilities)"  # :meth:`CombinationTable.by_need`'s group of tasks that need two or more
+EXACT_ORDERS_UP_TO = 7  # annotation routing tries all n! orders up to here (7! = 5,040); a greedy order above
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class CombinationTable:
 
     def annotation_routing(self, adapters: Mapping[str, str], base: str = "base") -> tuple[tuple[str, ...], int]:
         """``(order, successes)`` of the best annotation router: ``adapters`` maps a capability to the policy that
-        plays its tasks; an episode goes to the first capability of ``order`` its task needs, ``base`` when none."""
+        plays its tasks; an episode goes to the first capability of ``order`` its task needs, ``base`` when none.
+        Every order is tried up to :data:`EXACT_ORDERS_UP_TO` adapters; above, the order is built greedily."""
         unknown = [p for p in [base, *adapters.values()] if p not in self.policies]
         if unknown:
             raise ValueError(f"annotation routing names policies without records: {unknown}")
@@ -95,8 +97,15 @@ class CombinationTable:
             return sum(cell.successes[next((adapters[cap] for cap in order if cap in cell.capabilities), base)]
                        for cell in self.cells)
 
-        scored = [(order, solved(order)) for order in permutations(sorted(adapters))]
-        return max(scored, key=lambda item: item[1])  # the first best order on a tie
+        caps = sorted(adapters)
+        if len(caps) <= EXACT_ORDERS_UP_TO:
+            scored = [(order, solved(order)) for order in permutations(caps)]
+            return max(scored, key=lambda item: item[1])  # the first best order on a tie
+        order: tuple[str, ...] = ()  # greedy: each next capability the one that solves the most so far
+        while len(order) < len(caps):
+            rest = [c for c in caps if c not in order]
+            order += (max(rest, key=lambda c: solved(order + (c,))),)
+        return order, solved(order)
 
     def to_dict(self) -> dict[str, Any]:
         return {"policies": list(self.policies), "choice": list(self.choice), "n": self.n,

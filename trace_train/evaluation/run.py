@@ -12,6 +12,8 @@ from trace_envs.records import TrajectoryRecord, write_json_atomic, write_trajec
 from trace_train.evaluation.metrics import summarize
 from trace_train.workers import Job, run_jobs
 
+RESULT_FILES = ("eval.json", "trajectories_*.jsonl")  # what evaluate_policies writes into out_dir
+
 
 def evaluate_policies(policies: dict[str, Any], env_id: str, split: str, episodes: int, trials: int = 1,
                       env_kwargs: dict | None = None, out_dir: str | Path | None = None,

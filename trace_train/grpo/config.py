@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from trace_envs.config_builder import build
-from trace_envs.hints import envs_without_hints
+from trace_envs.hints import envs_without_hints, hinted_count
 from trace_train.grpo.lora import LoraSettings
 from trace_train.grpo.loss import LEVELS
 from trace_train.grpo.packing import PACKING_MODES
@@ -124,8 +124,10 @@ class GRPOConfig:
         if not 0.0 <= self.lora.dropout < 1.0 or self.lora.alpha <= 0 or not self.lora.target_modules:
             errors.append(f"lora needs dropout in [0, 1), alpha > 0 and target modules, got dropout "
                           f"{self.lora.dropout}, alpha {self.lora.alpha}, target_modules {self.lora.target_modules}")
-        if not 0.0 <= self.hint_fraction <= 1.0:
-            errors.append(f"hint_fraction must be in [0, 1], got {self.hint_fraction}")
+        try:
+            hinted_count(self.hint_fraction, self.group_size)
+        except ValueError as exc:
+            errors.append(str(exc))
         if self.lora.r < 1:
             errors.append(f"lora.r must be >= 1, got {self.lora.r}")
         if self.max_new_tokens < 1:

@@ -22,6 +22,10 @@ import torch
 
 LossLevel = Literal["token", "token_seq_mean", "sequence"]
 LEVELS = ("token", "token_seq_mean", "sequence")
+# exp() of a log-ratio past ~88 overflows float32: the loss turns inf and 0 * inf makes the gradient NaN even on
+# the clipped branch. Clamped at ±20 nats, a token the policy moved that far since sampling adds a bounded loss
+# and no gradient; every ratio inside e^±20 is computed exactly as before.
+MAX_LOG_RATIO = 20.0
 
 
 @dataclass
@@ -90,9 +94,9 @@ def grpo_loss(
 
     if level == "sequence":
         seq_log_ratio = log_ratio.sum(-1, keepdim=True) / seq_tokens.clamp(min=1.0).unsqueeze(-1)
-        ratio = torch.exp(seq_log_ratio)  # (B, 1)
+        ratio = torch.exp(seq_log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # (B, 1)
     else:
-        ratio = torch.exp(log_ratio)  # (B, T)
+        ratio = torch.exp(log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # (B, T)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_term = -torch.min(ratio * adv, clipped * adv)
     is_clipped = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))

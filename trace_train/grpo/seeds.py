@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from trace_envs.hints import hinted_count
 from trace_envs.splits import SPLITS
 
 # Domain tags keep the streams for env seeds, sampler seeds, env choice and shuffling independent.
@@ -45,11 +46,10 @@ def shuffle_generator(run_seed: int, iteration: int, epoch: int, rank: int = 0) 
 
 
 def hinted_members(run_seed: int, iteration: int, group: int, group_size: int, fraction: float) -> tuple[int, ...]:
-    """The members of one group that get the env's hint: ``round(fraction × G)`` of them, drawn from the
-    seed (sorted). A zero fraction gives no member and draws nothing."""
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"hint fraction must be in [0, 1], got {fraction}")
-    count = int(round(fraction * group_size))
+    """The members of one group that get the env's hint: ``fraction × G`` of them (a whole number,
+    ``trace_envs.hints.hinted_count``), drawn from the seed (sorted). A zero fraction gives no member and
+    draws nothing."""
+    count = hinted_count(fraction, group_size, "hint fraction")
     if count == 0:
         return ()
     rng = np.random.default_rng(np.random.SeedSequence([run_seed, iteration, group, _TAG_HINT]))

@@ -21,7 +21,13 @@ from trace_envs.records import write_json_atomic
 from trace_train.evaluation.replication_table import EPISODE_ROUTED, PolicyRow, build_tables
 from trace_train.pipeline.policy_play import base_spec
 from trace_train.pipeline.stage_runner import content_hash
-from trace_train.pipeline.stages import capability_prompt, compose_adapters, solved_requests
+from trace_train.pipeline.stages import (
+    capability_prompt,
+    compose_adapters,
+    composition_part,
+    gate_data_part,
+    solved_requests,
+)
 from trace_train.workers import Job, run_jobs
 
 if TYPE_CHECKING:
@@ -127,7 +133,7 @@ class Replication:
 
     # -- ablation variants (composed models over the same adapters) ------------------------------
     def _variants(self, run: TrainedRun) -> list[Variant]:
-        cfg, moe, trained, seed = self.cfg, self.p.moe_cfg, run.trained, run.seed
+        cfg, moe, trained, seed, grpo = self.cfg, self.p.moe_cfg, run.trained, run.seed, self.p.grpo_cfg
         tag = "" if seed == self.own_seed else f"@s{seed}"
         variants = []
         slots = len(trained) + 1
@@ -139,7 +145,7 @@ class Replication:
             gated = replace(moe, gate=replace(moe.gate, top_k=k))
             variants.append(Variant(f"replication/compose/top{k}{tag}", "routing", f"top-{k}", seed,
                                     lambda d, g=gated: compose_adapters(cfg, self.model, trained, d, g),
-                                    ("top_k", k)))
+                                    ("top_k", k, *gate_data_part(gated, grpo))))
         ranked = list(trained)  # the analysis' ranking (by mean Δ) survives into the synthesis order
         for k in self.rep.scale:
             if k >= len(ranked):
@@ -147,7 +153,7 @@ class Replication:
             subset = {cap: trained[cap] for cap in ranked[:k]}
             variants.append(Variant(f"replication/compose/first{k}{tag}", "scale", f"TRACE, {k} adapters", seed,
                                     lambda d, s=subset: compose_adapters(cfg, self.model, s, d, moe),
-                                    ("scale", sorted(subset))))
+                                    ("scale", sorted(subset), *gate_data_part(moe, grpo))))
         for where in self.rep.gate_grpo:
             method = f"grpo_{where}"
             refined = replace(moe, train=replace(moe.train, method=method), grpo=replace(moe.grpo, seed=seed))
@@ -156,7 +162,7 @@ class Replication:
                                     lambda d, m=refined: compose_adapters(cfg, self.model, trained, d, m,
                                                                           gate_env=self.p.gate_env(self.envs,
                                                                                                    m.train.method)),
-                                    ("gate_grpo", where)))
+                                    ("gate_grpo", where, *gate_data_part(refined, grpo))))
         if self.rep.episode_router and moe.gate.scope != "episode":
             # the quick preset's TRACE: the global router fitted to the target's routing targets (moe.routing)
             routed = replace(moe, gate=replace(moe.gate, scope="episode"),
@@ -275,7 +281,8 @@ class Replication:
                                                 env_kwargs=self.cfg.env_kwargs(self.cfg.target_env, e.split))
                 return {"result": results[name]}
 
-            return self.runner.run(stage, content_hash(self.h_eval, stage, spec.hash_part(), episodes), play)["result"]
+            hash_ = content_hash(self.h_eval, stage, spec.hash_part(), episodes, *composition_part(spec))
+            return self.runner.run(stage, hash_, play)["result"]
 
         base_name = row or (name.rsplit("@s", 1)[0] if "@s" in name else name)
 
@@ -300,7 +307,8 @@ class Replication:
             if len(at) != len(own.trained):
                 continue
             stage = f"replication/compose/at{it:04d}"
-            hash_ = content_hash(self.h_train, stage, asdict(cfg.compose), self.p.moe_cfg.hash_part())
+            hash_ = content_hash(self.h_train, stage, asdict(cfg.compose), self.p.moe_cfg.hash_part(),
+                                 *gate_data_part(self.p.moe_cfg, self.p.grpo_cfg))
             plan.jobs.append(self._compose_job(stage, hash_, partial(self._compose_at, at, it), episodes))
             name = f"TRACE@{it}"
             job, _ = self._eval_job(name, self._composed_spec(stage, name), table="curve", seed=own.seed, row=name,

@@ -21,6 +21,7 @@ from trace_train.pipeline.stages import (
     capability_prompt,
     checkpoint_of,
     compose_adapters,
+    gate_data_part,
     grpo_run,
     resolve_base_model,
     sample_efficiency,
@@ -169,7 +170,8 @@ class Pipeline:
             def compose(done: Mapping[str, Any]) -> dict[str, Any]:
                 trained = {cap: done[key] for cap, key in adapters.items()}
                 return r.run(f"compose{tag}", content_hash(h, sorted(trained), asdict(cfg.compose),
-                                                           self.moe_cfg.hash_part()),
+                                                           self.moe_cfg.hash_part(),
+                                                           *gate_data_part(self.moe_cfg, grpo_cfg)),
                              lambda d: compose_adapters(cfg, model, trained, d, self.moe_cfg,
                                                         gate_env=self.gate_env(envs, self.moe_cfg.train.method)))
             jobs.append(Job(f"compose{tag}", compose, after=tuple(adapters.values()), cost=per_iteration))

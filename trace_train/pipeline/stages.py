@@ -159,11 +159,28 @@ def _successful_records(train_outputs: dict[str, dict[str, Any]], max_per_capabi
 def gate_examples(train_outputs: dict[str, dict[str, Any]], slot_names: list[str], max_per_capability: int,
                   before_iteration: int | None = None):
     """Successful capability-env rollouts (with token ids) from the GRPO runs, labelled with their slot, newest
-    first; ``before_iteration``: only those played before that many iterations (a checkpoint's own data)."""
-    from trace_moe import GateExample
+    first; ``before_iteration``: only those played before that many iterations (a checkpoint's own data).
 
-    return [GateExample(record.token_ids, record.loss_mask, slot_names.index(capability), record.episode_id)
-            for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration)]
+    A hinted rollout is taken under its unhinted prompt, as the GRPO update takes it: the composed model never
+    sees a hint, and each capability's hint text would label its env perfectly."""
+    from trace_moe import GateExample
+    from trace_train.grpo.hints import training_sequence
+
+    examples = []
+    for capability, record in _successful_records(train_outputs, max_per_capability, before_iteration):
+        sequence = training_sequence(record)
+        mask = [int(m) for m in sequence.loss_mask]
+        examples.append(GateExample(sequence.token_ids, mask, slot_names.index(capability), record.episode_id))
+    return examples
+
+
+def gate_data_part(moe: MoEConfig, grpo_cfg: Any) -> tuple[str, ...]:
+    """The part of a composition's stage hash that says its gates learn from :func:`gate_examples` taken under
+    the unhinted prompt. Compositions made from hinted rollouts before that fix (session 41) kept the hint in
+    their gate data; the part changes their hash, so a run directory redoes them (and what evaluated them)."""
+    if grpo_cfg.hint_fraction > 0 and moe.gate.scope != "episode" and moe.train.method != "routing_targets":
+        return ("gate examples under the unhinted prompt",)
+    return ()
 
 
 def solved_requests(train_outputs: dict[str, dict[str, Any]], max_per_capability: int,
@@ -246,6 +263,14 @@ def composition_fingerprint(composed_dir: Path) -> str:
     for path in sorted(p for p in Path(composed_dir).iterdir() if p.is_file()):
         digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def composition_part(spec: Any) -> tuple[str, ...]:
+    """For the hash of a stage that evaluates ``spec`` (a ``PolicySpec``): a composed policy's
+    :func:`composition_fingerprint` (its path stays the same when its gates change); () for any other policy."""
+    if spec.kind in ("composed", "task_router") and spec.adapter and Path(spec.adapter).is_dir():
+        return (composition_fingerprint(Path(spec.adapter)),)
+    return ()
 
 
 def compose_episode_router(cfg: PipelineConfig, model_dir: str, train_outputs: dict[str, dict[str, Any]],

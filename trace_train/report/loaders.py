@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_envs.records import ReadReport, iter_jsonl, iter_trajectory_rows
+from trace_envs.records import ReadReport, RecordError, iter_jsonl_numbered, split_jsonl_lines, validate_record
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class Loaded:
     data: Any = None
     error: str | None = None
     total: int | None = None  # JSONL: rows in the file (``data`` may hold only the first ``limit``)
+    bad_line: int | None = None  # JSONL: the first unreadable line (``data`` holds the rows before it)
 
     @property
     def ok(self) -> bool:
@@ -68,33 +69,47 @@ def load_json(run_dir: Path, rel: str) -> Loaded:
         return Loaded(rel)
     try:
         return Loaded(rel, json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # nested too deep
         logger.warning("report: cannot read %s: %s", path, exc)
         return Loaded(rel, None, f"{type(exc).__name__}: {exc}")
 
 
+def _count_lines(path: Path) -> tuple[int, int]:
+    """The file's non-empty lines and the number of its last line."""
+    lines = split_jsonl_lines(path.read_text(encoding="utf-8", errors="replace"))
+    return sum(1 for line in lines if line.strip()), len(lines)
+
+
 def load_jsonl(run_dir: Path, rel: str, limit: int | None = None, trajectories: bool = False) -> Loaded:
-    """Rows of a JSONL file (only dict rows; a truncated last line is skipped by ``iter_jsonl``); with
-    ``trajectories`` each row is validated as a trajectory record and a bad one is the file's error."""
+    """Rows of a JSONL file (only dict rows); with ``trajectories`` each row is validated as a trajectory record.
+    A bad line (or a truncated last line) ends the rows read and is ``bad_line``; ``total`` then counts the
+    file's non-empty lines."""
     path = run_dir / rel
     if not path.is_file():
         return Loaded(rel)
     rows: list[dict[str, Any]] = []
-    reader = iter_trajectory_rows if trajectories else iter_jsonl
+    report, number, error, bad_line = ReadReport(), 0, None, None
     try:
-        for row in reader(path, ReadReport()):
+        for number, row in iter_jsonl_numbered(path, report):
+            if trajectories:
+                row = validate_record(row, f"{path}:{number}")
             if isinstance(row, dict):
                 rows.append(row)
             if limit is not None and len(rows) >= limit:
                 break
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         logger.warning("report: cannot read %s: %s", path, exc)
-        return Loaded(rel, rows or None, f"{type(exc).__name__}: {exc}")
-    total = len(rows)
-    if limit is not None and total >= limit:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            total = sum(1 for line in fh if line.strip())
-    return Loaded(rel, rows, total=total)
+        error = f"{type(exc).__name__}: {exc}"
+        bad_line = report.bad_lines[-1] if report.bad_lines else number if isinstance(exc, RecordError) else None
+    total: int | None = len(rows)
+    try:
+        if report.truncated_last_line:
+            total, bad_line = _count_lines(path)
+        elif error or (limit is not None and len(rows) >= limit):
+            total = _count_lines(path)[0]
+    except OSError:
+        total = None if error else total  # the file cannot be read again: its length is unknown
+    return Loaded(rel, (rows or None) if error else rows, error, total=total, bad_line=bad_line)
 
 
 def _load_routing(run_dir: Path) -> Loaded:

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_train.evaluation.combinations import CombinationTable, combination_table, own_adapters
+from trace_train.evaluation.combinations import (
+    EXACT_ORDERS_UP_TO,
+    CombinationTable,
+    combination_table,
+    own_adapters,
+)
 from trace_train.report.html_util import Raw, section, table
 from trace_train.report.loaders import RunData
 from trace_train.report.svg import esc
@@ -30,11 +35,27 @@ def _eval_records(run: RunData) -> dict[str, list[dict[str, Any]]]:
     return {p: found[p] for p in order + sorted(found) if p in found}
 
 
+def _damaged_note(run: RunData) -> str:
+    """A warning naming each held-out file the report could read only part of (an unreadable line), or none of."""
+    notes = []
+    for name, loaded in run.trajectories.items():
+        if not name.startswith("eval: ") or not (loaded.error or loaded.bad_line):
+            continue
+        where = f"line {loaded.bad_line} unreadable" if loaded.bad_line else "unreadable"
+        read = f"only its {len(loaded.data)} episodes before it are in this table" if loaded.ok else "not in this table"
+        notes.append(f"<code>{esc(loaded.rel)}</code> {where} ({read}; the file has {loaded.total} lines)"
+                     if loaded.total is not None else f"<code>{esc(loaded.rel)}</code> {where} ({read})")
+    if not notes:
+        return ""
+    return (f'<p class="note warn"><b>Partial:</b> {"; ".join(notes)}. The table covers only the episodes every '
+            "policy has.</p>")
+
+
 def _scan_note(run: RunData, policies: list[str]) -> str:
     """A warning when the report read only the first rows of a policy's held-out file (its scan limit)."""
     cut = {name[len("eval: "):]: loaded for name, loaded in run.trajectories.items()
            if name[len("eval: "):] in policies and loaded.ok and loaded.total is not None
-           and loaded.total > len(loaded.data)}
+           and loaded.total > len(loaded.data) and not (loaded.error or loaded.bad_line)}
     if not cut:
         return ""
     shown = ", ".join(f"{esc(p)} {len(f.data)} of {f.total}" for p, f in sorted(cut.items()))
@@ -54,10 +75,14 @@ def _summary(t: CombinationTable, composed: list[str], adapters: list[str]) -> s
     parts = [f"Best per-episode choice among {esc(choice)}: <b>{t.best_choice} of {n}</b> "
              f"({t.best_choice / n:.3f}) — the most any episode-level router over them can reach."]
     order, routed = t.annotation_routing({a: a for a in adapters}, BASE)
+    exact = len(adapters) <= EXACT_ORDERS_UP_TO
+    best = ("the best order on these episodes" if exact else
+            f"an order built greedily on these episodes, as {len(adapters)} adapters have too many orders to try")
     parts.append(f"Routing by each task's own capability annotations (the adapter of the first capability it "
-                 f"needs in the order {esc(' > '.join(order))}, the base when none; the best order on these "
-                 f"episodes): <b>{routed} of {n}</b> ({routed / n:.3f}) — the most a router that reads the task "
-                 f"can reach with these adapters.")
+                 f"needs in the order {esc(' > '.join(order))}, the base when none; {best}): "
+                 f"<b>{routed} of {n}</b> ({routed / n:.3f}) — "
+                 + ("the most a router that reads the task can reach with these adapters." if exact else
+                    "what a router that reads the task can reach at least with these adapters."))
     for name in composed:
         parts.append(f"{esc(name)}: {t.total(name)} of {n} ({t.total(name) / n:.3f}).")
     multi_n, multi = t.multi_capability()
@@ -85,7 +110,7 @@ def combinations_section(run: RunData) -> str:
     head = ("<p>Held-out episodes grouped by the capabilities their task needs (the env's ground truth), "
             "successes per policy on the same seeds. <i>best choice</i>: the episode counts when the base or any "
             "single adapter solved it.</p>")
-    return section(SID, TITLE, head + _scan_note(run, t.policies) + _summary(t, composed, adapters)
+    return section(SID, TITLE, head + _damaged_note(run) + _scan_note(run, t.policies) + _summary(t, composed, adapters)
                    + table(["tasks needing", "n"] + t.policies + ["best choice"], rows, "eval"),
                    "Where a composition can win: one adapter fixes one capability, so tasks that need several "
                    "are won only by switching adapters inside the episode.")

@@ -14,6 +14,10 @@ from trace_train.report.svg import Series, color, esc, interval_bar, line_chart,
 TRAIN_KEYS: dict[str, tuple[str, ...]] = {
     "reward": ("reward_mean",),
     "success": ("success_rate",),
+    # with hints (grpo.hint_fraction > 0) "success" counts the hinted members too; these split it
+    "success unhinted": ("success_rate_unhinted",),
+    "success hinted": ("success_rate_hinted",),
+    "hint log-prob shift": ("hint_logprob_shift",),
     "constant groups": ("constant_group_fraction", "constant_group_frac"),
     "clip frac": ("clip_fraction", "clip_frac"),
     "entropy": ("entropy",),
@@ -44,8 +48,11 @@ def training_section(run: RunData) -> str:
         xs, reward = _curve(rows, TRAIN_KEYS["reward"])
         _, success = _curve(rows, TRAIN_KEYS["success"])
         success_series.append(Series(adapter, xs, success))
-        chart = line_chart([Series("reward (mean)", xs, reward), Series("success rate", xs, success, dashed=True)],
-                           "iteration", "value", width=440, height=230)
+        series = [Series("reward (mean)", xs, reward), Series("success rate", xs, success, dashed=True)]
+        _, unhinted = _curve(rows, TRAIN_KEYS["success unhinted"])
+        if any(v is not None for v in unhinted):
+            series.append(Series("success rate, unhinted members", xs, unhinted, dashed=True))
+        chart = line_chart(series, "iteration", "value", width=440, height=230)
         warn = f'<p class="note warn">{esc(loaded.error)}</p>' if loaded.error else ""
         cards.append(f'<div class="card"><h4>{esc(adapter)}</h4>{chart}{warn}</div>')
         last = rows[-1]

@@ -87,11 +87,14 @@ def routing_trace_html(run: RunData) -> str:
         return (f'<h3>Routing per capability</h3><p class="note">No routing trace: {why}. The pipeline writes it '
                 "after evaluating a composed model (<code>pipeline.report.routing_sample</code>).</p>")
     slots = _slot_names(doc)
-    records = [r for r in doc.get("records") or [] if isinstance(r, dict)][:MAX_RECORDS]
+    every = [r for r in doc.get("records") or [] if isinstance(r, dict)]
+    records = every[:MAX_RECORDS]
+    sample = doc.get("sample") if isinstance(doc.get("sample"), int) else len(every)  # what the table covers
+    shown = f"; the first {len(records)} of them below" if len(records) < sample else ""
     parts = [f"<style>{STYLE}</style><h3>Routing per capability</h3>",
              f"<p>Share of the generated tokens of the tasks needing each capability that the gates routed to "
-             f"each slot, over {len(records)} held-out trajectories of <code>{esc(doc.get('source', '?'))}</code> "
-             "(a token's slot: the top-1 slot most blocks chose in the step that produced it).</p>",
+             f"each slot, over {sample} held-out trajectories of <code>{esc(doc.get('source', '?'))}</code> "
+             f"(a token's slot: the top-1 slot most blocks chose in the step that produced it){shown}.</p>",
              _capability_table(doc, slots), "<h3>Watch the routing</h3>", _legend(slots)]
     if records:
         options = "".join(

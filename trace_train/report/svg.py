@@ -19,7 +19,12 @@ def esc(text: object) -> str:
 
 
 def color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
+    """The palette's colours, then generated ones whose hues lie a golden angle apart (all distinct; dark enough
+    for white text)."""
+    if 0 <= i < len(PALETTE):
+        return PALETTE[i]
+    j = abs(i) - len(PALETTE)
+    return f"hsl({(j * 137.508 + 17) % 360:.1f},65%,{34 + 6 * (j % 3)}%)"
 
 
 def _fmt(v: float) -> str:
@@ -34,17 +39,17 @@ def _fmt(v: float) -> str:
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """About ``count`` round tick values covering [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
     if hi <= lo:
-        hi = lo + 1.0
+        hi = lo + max(abs(lo) * 1e-9, 1.0)
     raw = (hi - lo) / max(count, 1)
+    if not math.isfinite(raw) or raw <= 0:
+        return []  # a range wider than floats hold, or too narrow for their precision
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    start = math.floor(lo / step + 1e-9) * step
-    ticks, v = [], start
-    while v <= hi + step * 1e-6:
-        ticks.append(round(v, 12))
-        v += step
-    return ticks
+    first, last = math.floor(lo / step + 1e-9), math.floor(hi / step + 1e-6)
+    return [round(k * step, 12) for k in range(first, min(last, first + 4 * max(count, 1) + 4) + 1)]
 
 
 @dataclass
@@ -73,10 +78,14 @@ def _legend_slots(names: Sequence[str], left: float, width: float) -> list[tuple
 
 def line_chart(series: Sequence[Series], x_label: str, y_label: str, y_range: tuple[float, float] | None = None,
                width: int = 560, height: int = 280, title: str = "") -> str:
-    """A line chart with axes, grid, legend, optional bands and a hover title on every point."""
+    """A line chart with axes, grid, legend, optional bands and a hover title on every point; points with a
+    non-finite value are left out (a note says how many), values too far apart for one axis give a note."""
+    series, dropped = _finite(series)
+    note = (f'<p class="note warn">{dropped} point{"s" if dropped > 1 else ""} with a non-finite value left out of '
+            "this chart.</p>" if dropped else "")
     pts = [(x, y) for s in series for x, y in zip(s.xs, s.ys) if y is not None]
     if not pts:
-        return '<p class="note">no data points</p>'
+        return note + '<p class="note">no data points</p>'
     xs = [p[0] for p in pts]
     ys = [p[1] for p in pts] + [v for s in series for v in (list(s.low or []) + list(s.high or []))]
     x_lo, x_hi = min(xs), max(xs)
@@ -86,6 +95,10 @@ def line_chart(series: Sequence[Series], x_label: str, y_label: str, y_range: tu
     if not y_range:
         pad = (y_hi - y_lo) * 0.08 or max(abs(y_hi) * 0.1, 0.1)
         y_lo, y_hi = y_lo - pad, y_hi + pad
+    if not all(math.isfinite(v) for v in (x_hi - x_lo, y_hi - y_lo)) or y_hi == y_lo:
+        return note + (f'<p class="note warn">Not plotted: the values ({esc(y_label)} {min(ys):.4g} to '
+                       f"{max(ys):.4g}, {esc(x_label)} {min(xs):.4g} to {max(xs):.4g}) are too far apart or too "
+                       "large for one chart.</p>")
     left, right, top, bottom = 56, 16, 28 if title else 12, 44
     pw, ph = width - left - right, height - top - bottom
     slots = _legend_slots([s.name for s in series], left, pw)
@@ -138,7 +151,22 @@ def line_chart(series: Sequence[Series], x_label: str, y_label: str, y_range: tu
         out.append(f'<line x1="{lx:.1f}" x2="{lx + 18:.1f}" y1="{ly + 5}" y2="{ly + 5}" stroke="{color(i)}" '
                    f'stroke-width="3"{dash}/><text x="{lx + 24:.1f}" y="{ly + 9}" class="legend">{esc(s.name)}</text>')
     out.append("</svg>")
-    return "".join(out)
+    return "".join(out) + note
+
+
+def _finite(series: Sequence[Series]) -> tuple[list[Series], int]:
+    """``series`` without their points that have a non-finite x, y or band value, and how many were left out."""
+    out, dropped = [], 0
+    for s in series:
+        band = s.low is not None and s.high is not None and len(s.low) == len(s.xs) == len(s.high)
+        keep = [i for i in range(min(len(s.xs), len(s.ys)))
+                if math.isfinite(s.xs[i]) and (s.ys[i] is None or math.isfinite(s.ys[i]))
+                and (not band or (math.isfinite(s.low[i]) and math.isfinite(s.high[i])))]
+        dropped += min(len(s.xs), len(s.ys)) - len(keep)
+        out.append(Series(s.name, [s.xs[i] for i in keep], [s.ys[i] for i in keep],
+                          [s.low[i] for i in keep] if band else None, [s.high[i] for i in keep] if band else None,
+                          s.dashed))
+    return out, dropped
 
 
 def value_bar(value: float | None, err: float | None = None, vmin: float = 0.0, vmax: float = 1.0,

@@ -17,6 +17,9 @@ from trace_envs.records import task_capabilities
 from trace_train.report.loaders import Loaded, RunData, num
 
 GAP_KEEP_TAIL = 6
+MAX_TOOL_CALLS = 20  # per message (a generation loop can emit thousands)
+NAME_CHARS = 200  # names, ids, roles and other short fields
+MIN_BYTES = 10_000  # the least viewer.max_bytes: room for the data's frame whatever the files hold
 
 
 @dataclass(frozen=True)
@@ -28,12 +31,13 @@ class ViewerLimits:
     max_chars: int = 1500
     max_tool_chars: int = 800
     max_total: int = 150  # trajectories over all sources (shared evenly, unused shares passed on)
-    max_bytes: int = 1_500_000  # embedded JSON; sources are thinned (largest first) until it fits
+    max_bytes: int = 1_500_000  # embedded JSON; sources are thinned (most bytes first) until it fits
 
     def __post_init__(self) -> None:
         for key in ("max_per_policy", "max_messages", "max_chars", "max_tool_chars", "max_total", "max_bytes"):
-            if int(getattr(self, key)) < 1:
-                raise ValueError(f"viewer.{key} must be >= 1, got {getattr(self, key)}")
+            least = MIN_BYTES if key == "max_bytes" else 1
+            if int(getattr(self, key)) < least:
+                raise ValueError(f"viewer.{key} must be >= {least}, got {getattr(self, key)}")
 
 
 def share(totals: Sequence[int], per_source: int, budget: int) -> list[int]:
@@ -79,19 +83,21 @@ def _capabilities(row: dict[str, Any]) -> list[str]:
 
 
 def _tool_calls(msg: dict[str, Any], limit: int) -> list[dict[str, str]]:
-    calls = []
-    for call in msg.get("tool_calls") or []:
-        if not isinstance(call, dict):
-            continue
+    """The message's tool calls (name, pretty arguments), at most :data:`MAX_TOOL_CALLS` and a marker for the rest."""
+    calls: list[dict[str, str]] = []
+    found = [call for call in msg.get("tool_calls") or [] if isinstance(call, dict)]
+    for call in found[:MAX_TOOL_CALLS]:
         fn = call.get("function") if isinstance(call.get("function"), dict) else call
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 pass
         pretty = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False, default=str)
-        calls.append({"n": str(fn.get("name", "?")), "a": clip(pretty, limit)})
+        calls.append({"n": clip(str(fn.get("name", "?")), NAME_CHARS), "a": clip(pretty, limit)})
+    if len(found) > MAX_TOOL_CALLS:
+        calls.append({"n": "…", "a": f"{len(found) - MAX_TOOL_CALLS:,} more tool calls left out"})
     return calls
 
 
@@ -111,7 +117,7 @@ def compact_messages(messages: list[Any], limits: ViewerLimits, systems: dict[st
         if m is None:
             out.append({"r": "gap", "c": f"… {omitted} messages omitted …"})
             continue
-        role = str(m.get("role", "?"))
+        role = clip(str(m.get("role", "?")), NAME_CHARS)
         content = m.get("content")
         content = "" if content is None else content if isinstance(content, str) else json.dumps(content, default=str)
         if role == "system":
@@ -120,7 +126,7 @@ def compact_messages(messages: list[Any], limits: ViewerLimits, systems: dict[st
         entry: dict[str, Any] = {"r": role,
                                  "c": clip(content, limits.max_tool_chars if role == "tool" else limits.max_chars)}
         if role == "tool" and m.get("name"):
-            entry["n"] = str(m["name"])
+            entry["n"] = clip(str(m["name"]), NAME_CHARS)
         calls = _tool_calls(m, limits.max_chars)
         if calls:
             entry["tc"] = calls
@@ -159,10 +165,11 @@ def _source(name: str, loaded: Loaded, limits: ViewerLimits, systems: dict[str, 
         eid = str(row.get("episode_id") or f"{row.get('env_id')}|{row.get('seed')}|{row.get('policy')}")
         seed = row.get("seed")
         item = {
-            "id": eid, "env": str(row.get("env_id", "?")), "seed": seed if isinstance(seed, (int, str)) else None,
-            "policy": str(row.get("policy", "?")), "reward": num(row.get("reward")),
-            "success": bool(row.get("success")), "end": str(row.get("termination", "?")),
-            "caps": _capabilities(row),
+            "id": clip(eid, NAME_CHARS), "env": clip(str(row.get("env_id", "?")), NAME_CHARS),
+            "seed": seed if isinstance(seed, int) else clip(seed, NAME_CHARS) if isinstance(seed, str) else None,
+            "policy": clip(str(row.get("policy", "?")), NAME_CHARS), "reward": num(row.get("reward")),
+            "success": bool(row.get("success")), "end": clip(str(row.get("termination", "?")), NAME_CHARS),
+            "caps": [clip(str(c), NAME_CHARS) for c in _capabilities(row)],
             "msgs": compact_messages(row.get("messages") or [], limits, systems),
         }
         if eid in labels:
@@ -170,26 +177,40 @@ def _source(name: str, loaded: Loaded, limits: ViewerLimits, systems: dict[str, 
         items.append(item)
     total = loaded.total if loaded.total is not None else len(rows)
     return {"name": name, "file": loaded.rel, "total": total, "success": sum(bool(r.get("success")) for r in rows),
-            "error": loaded.error, "items": items}
+            "error": clip(loaded.error, 1000) if loaded.error else None, "items": items}
+
+
+def _size(obj: Any) -> int:
+    # a lone surrogate counts as the 3 bytes of the U+FFFD that replaces it in the page
+    return len(embed_json(obj).encode("utf-8", "surrogatepass"))
 
 
 def viewer_data(run: RunData, limits: ViewerLimits = ViewerLimits()) -> dict[str, Any]:
-    """The JSON document the viewer reads: sources (one per trajectory file) and deduplicated system prompts."""
+    """The JSON document the viewer reads: sources (one per trajectory file) and deduplicated system prompts.
+
+    Over ``limits.max_bytes`` the source with the most bytes is halved (down to one, then to none), then the last
+    sources are left out; ``left_out`` counts the sampled trajectories and the files so dropped."""
     labels = majority_labels(run.label_runs)
     names = list(run.trajectories)
     counts = share([len(run.trajectories[n].data or []) for n in names], limits.max_per_policy, limits.max_total)
+    sampled = sum(counts)
     while True:
         systems: dict[str, int] = {}
         sources = [_source(name, run.trajectories[name], limits, systems,
                            labels if name == "target rollouts" else {}, n) for name, n in zip(names, counts)]
         doc = {"sources": sources, "systems": [text for text, _ in sorted(systems.items(), key=lambda kv: kv[1])],
                "limits": {"max_per_policy": limits.max_per_policy, "max_total": limits.max_total,
-                          "max_bytes": limits.max_bytes}}
-        size = len(embed_json(doc).encode())
-        if size <= limits.max_bytes or max(counts, default=0) <= 1:
+                          "max_bytes": limits.max_bytes},
+               "left_out": {"trajectories": sampled - sum(counts), "sampled": sampled,
+                            "files": len(run.trajectories) - len(names)}}
+        if _size(doc) <= limits.max_bytes or not names:
             return doc
-        biggest = max(range(len(counts)), key=lambda i: counts[i])
-        counts[biggest] = max(1, counts[biggest] // 2)
+        if any(counts):  # one trajectory per file kept as long as possible
+            pick = [i for i, n in enumerate(counts) if n > 1] or [i for i, n in enumerate(counts) if n]
+            biggest = max(pick, key=lambda i: _size(sources[i]))
+            counts[biggest] //= 2
+        else:
+            names, counts = names[:-1], counts[:-1]
 
 
 def embed_json(obj: Any) -> str:
