@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -14,12 +15,29 @@ import pytest
 from trace_train.paths import REPO_ROOT
 
 
+def _source_tree(dest: Path) -> Path:
+    """The checkout's files as git sees them (tracked or new, not ignored) copied to ``dest``: setuptools reuses
+    ``build/`` in the tree it builds, so a build in the checkout itself ships files deleted since the last one.
+    Outside a git checkout the tree itself."""
+    listed = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True, timeout=60)
+    if listed.returncode != 0:
+        return REPO_ROOT
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = REPO_ROOT / name
+        if source.is_file():  # a tracked file deleted in the working tree is not copied
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, Path]:
     """Build the wheel, install it (no deps) into a fresh venv whose dependencies come from this venv."""
     tmp = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp / "dist")], check=True, timeout=300, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(_source_tree(tmp / "src")), "--no-deps",
+                    "--no-build-isolation", "-q", "-w", str(tmp / "dist")], check=True, timeout=300,
+                   capture_output=True)
     (wheel,) = (tmp / "dist").glob("trace_rl-*.whl")
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -38,6 +56,10 @@ def installed(tmp_path_factory) -> dict[str, Path]:
 
 def test_wheel_contents(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    # every module it ships is one of the checkout's (none left over from an earlier build)
+    packages = ("trace_envs/", "trace_train/", "trace_moe/", "generated_envs/")
+    stale = [n for n in names if n.startswith(packages) and n.endswith(".py") and not (REPO_ROOT / n).is_file()]
+    assert not stale, stale
     for required in ("trace_rl_assets/conf/pipeline.yaml", "trace_rl_assets/conf/preset/smoke.yaml",
                      "trace_rl_assets/conf/model/tiny.yaml", "trace_rl_assets/prompts/capability_labeling.md",
                      "trace_rl_assets/checkpoints/retail-sim-tiny/model.safetensors",
