@@ -9,8 +9,9 @@ Emitted capability envs never go into the installed packages: ``trace-rl synthes
 ``out_dir`` or to :func:`generated_envs_dir` (``~/.local/share/trace-rl/generated_envs``), a pipeline to its
 run directory.
 
-Importing this module registers the OmegaConf resolver ``${shipped:<name>}`` (the absolute directory of the
-shipped checkpoint ``<name>``), used by the configs that default to the shipped base.
+Importing this module registers the OmegaConf resolvers ``${shipped:<name>}`` (the absolute directory of the
+shipped checkpoint ``<name>``), used by the configs that default to the shipped base, and
+``${trace_pipeline_logs:<run_dir>}`` (the pipeline's Hydra log folder).
 """
 
 from __future__ import annotations
@@ -74,3 +75,16 @@ def generated_envs_dir() -> Path:
 
 
 OmegaConf.register_new_resolver("shipped", lambda name=SHIPPED_BASE: str(shipped_checkpoint(name)), replace=True)
+
+
+def pipeline_logs_dir(run_dir: object) -> str:
+    """Hydra's run dir for a pipeline run (``${trace_pipeline_logs:...}`` in ``conf/pipeline.yaml``):
+    ``<run_dir>/.hydra_logs``; when ``run_dir`` is an existing file, ``outputs/pipeline`` instead, so Hydra can
+    start and ``trace-rl pipeline`` refuses ``run_dir`` in one line."""
+    path = Path(str(run_dir)).expanduser()
+    if path.exists() and not path.is_dir():
+        return "outputs/pipeline"
+    return f"{run_dir}/.hydra_logs"
+
+
+OmegaConf.register_new_resolver("trace_pipeline_logs", pipeline_logs_dir, replace=True)

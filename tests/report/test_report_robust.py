@@ -108,6 +108,24 @@ def test_the_embedded_viewer_data_always_fits_its_budget(copy_run: Path, tmp_pat
         ViewerLimits(max_bytes=5)
 
 
+def test_a_trajectory_too_big_for_the_budget_alone_does_not_thin_the_other_files(copy_run: Path, tmp_path: Path):
+    """It was kept to the end while every other file was halved down to one trajectory, then dropped anyway."""
+    path = copy_run / "eval" / "trajectories_base.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    loop = dict(rows[0], episode_id="loop")
+    call = {"type": "function", "function": {"name": "lookup", "arguments": json.dumps({"q": "x" * 1400})}}
+    loop["messages"] = [rows[0]["messages"][0]] + [{"role": "assistant", "content": "", "tool_calls": [call] * 20}] * 59
+    (copy_run / "eval" / "trajectories_loop.jsonl").write_text(dumps_line(loop))
+    limits = ViewerLimits(max_bytes=60_000)
+    data = embedded(build_report(copy_run, tmp_path / "page.html", limits).read_text(encoding="utf-8"))
+    kept = {s["name"]: len(s["items"]) for s in data["sources"]}
+    # every other file keeps what it keeps without the oversized one beside it
+    (copy_run / "eval" / "trajectories_loop.jsonl").unlink()
+    without = embedded(build_report(copy_run, tmp_path / "without.html", limits).read_text(encoding="utf-8"))
+    assert kept.pop("eval: loop") == 0 and kept == {s["name"]: len(s["items"]) for s in without["sources"]}
+    assert data["left_out"]["trajectories"] == without["left_out"]["trajectories"] + 1
+
+
 def test_deeply_nested_json_reads_as_unreadable(copy_run: Path, tmp_path: Path):
     (copy_run / "compose" / "routing_report.json").write_text("[" * 100_000 + "]" * 100_000)
     page = build_report(copy_run).read_text(encoding="utf-8")

@@ -131,6 +131,11 @@ SWEEPS = [
                  "out=fixed"], "out"),
     ("synthesize", ["selected={in}/selected.json", "synthesis.n_seeds=1,2"], "out_dir"),
     ("calibrate", ["synthesis.n_seeds=1,2", "synthesis.group_size=2", "out=fixed"], "out"),
+    # a swept group whose options leave the output alone (both grpo options keep the default run_dir)
+    ("pipeline", ["grpo=default,paper"], "pipeline.run_dir"),
+    # a Hydra flag's value is not an override (it made the parse fail and the check pass)
+    ("analyze", ["--config-name", "analyze", "trajectories={in}/traj.jsonl", "analysis.n_runs=2", "analysis.k=1",
+                 "analysis.delta=0.1,0.3", "out=fixed"], "out"),
 ]
 
 
@@ -145,6 +150,17 @@ def test_a_sweep_whose_jobs_share_one_output_is_refused(command, overrides, key,
     assert code == 2, err
     assert f"trace-rl {command}: {key}=" in err and "-m sweep" in err and "hydra:" in err, err
     assert not (tmp_path / "run").exists() and not (tmp_path / "fixed").exists()
+
+
+@pytest.mark.parametrize("run_dir", [[], ["pipeline.run_dir=runs/${hydra:runtime.choices.preset}"]])
+def test_a_preset_sweep_gives_each_job_its_own_run_dir(run_dir, tmp_path, monkeypatch, capsys, no_model_load):
+    """smoke sets runs/smoke, quick keeps the default runs/quick: the sweep check lets it through (the job then
+    stops on the bad count given to stop it before any work)."""
+    monkeypatch.chdir(tmp_path)
+    code = _run(["pipeline", "-m", "preset=smoke,quick", *run_dir, "pipeline.rollouts.episodes=0",
+                 f"hydra.sweep.dir={tmp_path}/sweep"])
+    err = capsys.readouterr().err
+    assert code == 2 and "pipeline.rollouts.episodes" in err and "-m sweep" not in err, err
 
 
 def test_a_sweep_over_its_own_output_runs(inputs, tmp_path, monkeypatch, capsys):
@@ -208,6 +224,36 @@ def test_a_rerun_into_one_out_dir_is_refused_and_overwrite_leaves_no_stale_traje
     assert len(list((tmp_path / "o").glob("trajectories_*.jsonl"))) == 1
 
 
+def test_only_the_files_an_earlier_eval_wrote_count_as_results(tmp_path, monkeypatch, capsys):
+    """A user's own trajectories_*.jsonl beside out_dir is neither a reason to refuse nor deleted by overwrite;
+    an overwrite that fails half-way leaves the earlier results as they were."""
+    import trace_train.evaluation.run as evaluation_run
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    mine = out / "trajectories_train.jsonl"
+    mine.write_text("my own data\n")
+    run = ["expert", "episodes=1", "out_dir=o", "policies.oracle={kind: oracle}", "~policies.imperfect-expert"]
+    assert _run([*run, f"hydra.run.dir={tmp_path}/h1"]) in (0, None)  # not refused for the user's file
+    earlier = (out / "eval.json").read_text()
+    capsys.readouterr()
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed half-way")
+
+    monkeypatch.setattr(evaluation_run, "evaluate_policies", crash)
+    assert _run([*run, "if_exists=overwrite", f"hydra.run.dir={tmp_path}/h2"]) == 1
+    assert "killed half-way" in capsys.readouterr().err
+    assert (out / "eval.json").read_text() == earlier and (out / "trajectories_oracle.jsonl").is_file()
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert _run([*run, "if_exists=overwrite", f"hydra.run.dir={tmp_path}/h3"]) in (0, None)
+    assert mine.read_text() == "my own data\n"
+    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "trajectories_oracle.jsonl",
+                                                     "trajectories_train.jsonl"]
+
+
 # --- a manifest row replaced by one calibrated otherwise -------------------------------------------------------------
 
 def test_replacing_a_manifest_row_calibrated_otherwise_is_logged(tmp_path, caplog):
@@ -261,3 +307,15 @@ def test_train_help_says_which_model_keys_train_reads():
 
     keys = {k.key: k for k in command_keys(CONF_DIR, "train")}
     assert "never builds a model" in keys["tiny_policy_dir"].comment
+
+
+def test_temperature_zero_still_means_greedy_and_negative_is_refused():
+    """The backends decode greedily at temperature 0 (as vLLM users set it); only a negative one is refused."""
+    from trace_train.commands._validate import ConfigError, check_policy_spec
+    from trace_train.paths import shipped_checkpoint
+    from trace_train.policies import PolicySpec
+
+    model = str(shipped_checkpoint())
+    check_policy_spec(PolicySpec(kind="hf", name="p", model=model, temperature=0.0), "policy")
+    with pytest.raises(ConfigError, match="policy.temperature must be a number >= 0"):
+        check_policy_spec(PolicySpec(kind="hf", name="p", model=model, temperature=-1.0), "policy")

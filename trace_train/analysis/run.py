@@ -169,6 +169,11 @@ def run_analysis(records: Sequence[TrajectoryRecord], cfg: AnalysisConfig | Any,
     return AnalysisOutput(result=result, capabilities=list(caps), runs=runs, out_dir=out)
 
 
-RESULT_FILES = ("selected_capabilities.json", "candidate_capabilities.json", "labels/run_*.json")  # what a run writes
+def result_files(out: Path) -> list[Path]:
+    """What :func:`run_analysis` wrote into ``out`` (its selection, the candidate dictionary, the label runs)."""
+    out = Path(out)
+    return [out / "selected_capabilities.json", out / "candidate_capabilities.json",
+            *sorted((out / "labels").glob("run_*.json"))]
 
-__all__ = ["RESULT_FILES", "AnalysisOutput", "check_analysis", "run_analysis", "write_selected"]
+
+__all__ = ["AnalysisOutput", "check_analysis", "result_files", "run_analysis", "write_selected"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -259,10 +259,9 @@ def check_policy_spec(spec: Any, key: str) -> None:
     if not 0.0 < float(spec.top_p) <= 1.0:
         raise ConfigError(f"{key}.top_p must be in (0, 1], got {spec.top_p!r}; set {key}.top_p=<number in (0, 1]>")
     temperature = spec.temperature
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0 or (
-            temperature == 0 and not spec.greedy and spec.kind not in ("oracle", "expert", "gold")):
-        raise ConfigError(f"{key}.temperature must be a number > 0, got {temperature!r} (greedy decoding is "
-                          f"{key}.greedy=true); set {key}.temperature=<number > 0>")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ConfigError(f"{key}.temperature must be a number >= 0 (0 decodes greedily, as {key}.greedy=true "
+                          f"does), got {temperature!r}; set {key}.temperature=<number >= 0>")
     if spec.kind == "expert":  # the scripted expert's knobs, each a probability of its mistake
         from trace_envs.retail_sim import ExpertKnobs
 
@@ -304,11 +303,23 @@ def in_multirun() -> bool:
         return False
 
 
+# Hydra's own flags that take the next argument as their value (it is not an override)
+_FLAGS_WITH_VALUE = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-p", "--package",
+                     "--experimental-rerun")
+
+
 def command_line_overrides(argv: Sequence[str] | None = None) -> list[Any]:
     """The Hydra overrides of the command line (``sys.argv``), parsed (sweeps unexpanded); [] if unparsable."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    args, skip = [], False
+    for arg in sys.argv[1:] if argv is None else argv:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = arg in _FLAGS_WITH_VALUE
+        else:
+            args.append(arg)
     try:
         return OverridesParser.create().parse_overrides(args)
     except Exception:  # noqa: BLE001  (Hydra already accepted the command line; fall back to nothing known)
@@ -325,11 +336,49 @@ def _raw_value(cfg: Any, key: str) -> Any:
     return node
 
 
+def _yaml_value(path: Path, parts: Sequence[str]) -> Any:
+    import yaml
+
+    node: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    for part in parts:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def _group_sets_per_job(group: str, options: list[str], key: str) -> bool:
+    """Whether the options of a swept config group give ``key`` a value of its own each: the option's, or the
+    command's primary config's where the option does not set it (``preset=smoke,quick`` gives ``runs/smoke`` and
+    the default ``runs/quick``; ``grpo=default,paper`` leaves every job the one default)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from trace_train.paths import CONF_DIR
+
+    primary = CONF_DIR / f"{HydraConfig.get().job.config_name}.yaml"
+    default = _yaml_value(primary, key.split(".")) if primary.is_file() else None
+    values = []
+    for option in options:
+        path = CONF_DIR / group / f"{option}.yaml"
+        if not path.is_file():
+            return False
+        parts = key.split(".")
+        if "@package _global_" not in path.read_text(encoding="utf-8").split("\n", 1)[0]:
+            if parts[0] != group:  # the option's keys live under its group: it cannot set this key
+                values.append(default)
+                continue
+            parts = parts[1:]
+        value = _yaml_value(path, parts)
+        values.append(default if value is None else value)
+    return None not in values and len({str(v) for v in values}) == len(values)
+
+
 def check_multirun_output(cfg: Any, key: str, example: str, what: str = "its outputs") -> None:
     """In a ``-m`` sweep of several jobs, :class:`ConfigError` unless ``key`` (an output location) differs per job:
     the key is swept itself, its value interpolates a per-job value (``${hydra:job.num}``, the job's own
-    ``${hydra:runtime.output_dir}``, a swept key), or (not set on the command line) a swept config group such as
-    ``preset`` sets it. Otherwise every job would write ``what`` into one place, each replacing the one before."""
+    ``${hydra:runtime.output_dir}``, a swept key or ``${hydra:runtime.choices.<swept group>}``), or (not set on the
+    command line) every option of a swept config group such as ``preset`` sets it to its own value. Otherwise
+    every job would write ``what`` into one place, each replacing the one before."""
+    import re
+
     if not in_multirun():
         return
     overrides = command_line_overrides()
@@ -340,15 +389,14 @@ def check_multirun_output(cfg: Any, key: str, example: str, what: str = "its out
     if key in swept:
         return
     raw = _raw_value(cfg, key)
-    import re
-
     refs = [r.strip() for r in re.findall(r"\$\{([^}]*)\}", str(raw))] if isinstance(raw, str) else []
-    if any(ref in _PER_JOB_REFS or ref in swept for ref in refs):
+    per_job = {*_PER_JOB_REFS, *swept, *(f"hydra:runtime.choices.{g}" for g in swept)}
+    if any(ref in per_job for ref in refs):
         return
     given = {str(o.key_or_group) for o in overrides if not o.is_sweep_override()}
-    conf_dir = Path(__file__).resolve().parents[2] / "conf"
-    if key not in given and any("." not in g and (conf_dir / g).is_dir() for g in swept):
-        return  # a swept group (preset=smoke,quick) sets it per job
+    if key not in given and any("." not in str(o.key_or_group) and _group_sets_per_job(
+            str(o.key_or_group), list(o.sweep_string_iterator()), key) for o in sweeps):
+        return
     value = _lookup(cfg, key)
     value = "null" if value is None else value
     raise ConfigError(f"{key}={value} is the same for every job of this -m sweep: each job would replace "
@@ -396,24 +444,33 @@ def check_env_kwargs(env_ids: Sequence[str], env_kwargs: Mapping[str, Any], key:
 RESULTS_IF_EXISTS = ("error", "overwrite")
 
 
-def check_results_dir(out: Path, key: str, patterns: Sequence[str], if_exists: Any) -> list[Path]:
-    """The result files (``patterns``, globs relative to ``out``) an earlier run left in the output directory
-    ``out``: :class:`ConfigError` when there are some and ``if_exists`` is not ``overwrite`` (nothing is silently
-    replaced), or when ``out`` is a file. Returns them; :func:`clear_results` removes them before the new run
-    writes, so no stale file of the old run stays beside the new results."""
+def check_results_dir(out: Path, key: str, result_files: Callable[[Path], list[Path]],
+                      if_exists: Any) -> list[tuple[Path, int]]:
+    """The files an earlier run of the command wrote into the output directory ``out`` (``result_files(out)``, read
+    from that run's own index, e.g. the policies its ``eval.json`` names: a user's file of a similar name is never
+    one): :class:`ConfigError` when there are some and ``if_exists`` is not ``overwrite`` (nothing is silently
+    replaced), or when ``out`` is a file. Returns them with their modification times for
+    :func:`remove_stale_results`."""
     if if_exists not in RESULTS_IF_EXISTS:
         raise ConfigError(f"if_exists must be one of {', '.join(RESULTS_IF_EXISTS)}, got {if_exists!r}")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{key}={out}: exists and is not a directory; set {key}=<directory>")
-    found = sorted({p for pattern in patterns for p in out.glob(pattern) if p.is_file()}) if out.is_dir() else []
+    found = sorted(p for p in set(result_files(out)) if p.is_file()) if out.is_dir() else []
     if found and if_exists != "overwrite":
         names = ", ".join(str(p.relative_to(out)) for p in found[:3]) + (", ..." if len(found) > 3 else "")
         raise ConfigError(f"{key}={out} already holds results ({names}); choose another {key}= or set "
                           "if_exists=overwrite to replace them")
-    return found
+    return [(p, p.stat().st_mtime_ns) for p in found]
 
 
-def clear_results(found: Sequence[Path]) -> None:
-    """Remove the stale result files :func:`check_results_dir` found (``if_exists=overwrite``)."""
-    for path in found:
-        path.unlink(missing_ok=True)
+def remove_stale_results(earlier: Sequence[tuple[Path, int]]) -> None:
+    """After the new run wrote its results (``if_exists=overwrite``): remove the earlier run's files it did not
+    write again (unchanged since :func:`check_results_dir`; every result is written atomically, as a new file),
+    so none stays beside the new results. Nothing is removed before the new results exist: a run stopped half-way
+    leaves the earlier results as they were."""
+    for path, mtime in earlier:
+        try:
+            if path.stat().st_mtime_ns == mtime:
+                path.unlink()
+        except FileNotFoundError:
+            pass

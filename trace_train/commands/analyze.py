@@ -22,7 +22,7 @@ from rich.console import Console
 import trace_train.paths
 from trace_envs.records import ReadReport, read_trajectories
 from trace_train.analysis.aggregate import candidates_table
-from trace_train.analysis.run import RESULT_FILES, check_analysis, run_analysis
+from trace_train.analysis.run import check_analysis, result_files, run_analysis
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +39,9 @@ def main(cfg: DictConfig) -> None:
         check_groups,
         check_multirun_output,
         check_results_dir,
-        clear_results,
         existing_path,
         fail,
+        remove_stale_results,
     )
 
     try:
@@ -52,7 +52,7 @@ def main(cfg: DictConfig) -> None:
         trajectories = existing_path(cfg.trajectories, "trajectories", "JSONL file", must_be="file")
         analysis = AnalysisConfig.from_dict(cfg.analysis)
         out = Path(to_absolute_path(str(cfg.out)))
-        stale = check_results_dir(out, "out", RESULT_FILES, cfg.get("if_exists"))
+        stale = check_results_dir(out, "out", result_files, cfg.get("if_exists"))
     except (ConfigError, ValueError) as exc:
         fail("analyze", str(exc))
     for module in cfg.get("imports") or []:  # a user's module that registers its env's probes
@@ -71,11 +71,11 @@ def main(cfg: DictConfig) -> None:
         check_analysis(records, analysis, str(cfg.labeler))  # before anything is written into out
     except ValueError as exc:
         fail("analyze", str(exc))
-    clear_results(stale)  # if_exists=overwrite: no label file of the earlier run stays beside the new ones
     meta = {"trajectories": str(cfg.trajectories)}
     if HydraConfig.initialized():
         meta["overrides"] = list(HydraConfig.get().overrides.task)
     output = run_analysis(records, analysis, cfg.labeler, out, meta)
+    remove_stale_results(stale)  # if_exists=overwrite: no label file of the earlier run stays
     console = Console()
     console.print(candidates_table(output.result))
     console.print(f"selected: {[c.name for c in output.result.selected]} -> "

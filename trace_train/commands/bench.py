@@ -9,6 +9,7 @@ already holds them is refused unless ``if_exists=overwrite`` (which removes the 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -20,7 +21,19 @@ from rich.table import Table
 
 from trace_train.paths import CONF_DIR
 
-RESULT_FILES = ("bench.json", "bench.html", "trajectories_*.jsonl")  # what a bench writes into out_dir
+
+def result_files(out: Path) -> list[Path]:
+    """What a bench wrote into ``out``: ``bench.json``, its page and the trajectories of the (env, policy) rows
+    ``bench.json`` names (none without one)."""
+    index = out / "bench.json"
+    if not index.is_file():
+        return []
+    try:
+        rows = json.loads(index.read_text(encoding="utf-8")).get("rows") or []
+        names = [f"trajectories_{_slug(str(r['env']))}_{_slug(str(r['policy']))}.jsonl" for r in rows]
+    except (ValueError, AttributeError, KeyError, TypeError, OSError):
+        names = []
+    return [index, out / "bench.html", *(out / n for n in names)]
 
 
 def named_policies(overrides: list[str]) -> set[str]:
@@ -105,25 +118,25 @@ def main(cfg: DictConfig) -> None:
     from trace_envs.records import write_json_atomic, write_trajectories
     from trace_train.bench import run_bench
     from trace_train.bench.html import write_html
-    from trace_train.commands._validate import check_multirun_output, check_results_dir, clear_results
+    from trace_train.commands._validate import check_multirun_output, check_results_dir, remove_stale_results
     from trace_train.commands.rollout import exit_with
 
     try:
         check_multirun_output(cfg, "out_dir", "${hydra:runtime.output_dir}", "its bench.json and trajectories")
         counts, envs, policies = _checked(cfg, named_policies(list(HydraConfig.get().overrides.task)))
         out = Path(to_absolute_path(str(cfg.out_dir)))
-        stale = check_results_dir(out, "out_dir", RESULT_FILES, cfg.get("if_exists"))
+        earlier = check_results_dir(out, "out_dir", result_files, cfg.get("if_exists"))
     except ValueError as exc:
         exit_with("bench", str(exc))
     played: dict = {}
     result = run_bench(policies, envs, str(cfg.split), counts["episodes"], counts["trials"],
                        baseline=cfg.baseline, batch=counts["batch_episodes"], n_boot=counts["n_boot"],
                        seed=int(cfg.seed), played=played)
-    clear_results(stale)  # if_exists=overwrite: no trajectories file of the earlier run stays beside the new ones
     for (env, name), records in played.items():
         write_trajectories(out / f"trajectories_{_slug(env)}_{_slug(name)}.jsonl", records)
     write_json_atomic(out / "bench.json", {"envs": envs, **result.to_dict()})
     page = write_html(result, out / "bench.html")
+    remove_stale_results(earlier)  # if_exists=overwrite: no file of the earlier run stays
     console = Console()
     console.print(bench_table(result))
     console.print(f"-> {out / 'bench.json'}, {page}")

@@ -57,16 +57,16 @@ def checked_out_dir(cfg: DictConfig, what: str) -> tuple[Path, list[Path]]:
     from hydra.utils import to_absolute_path
 
     from trace_train.commands._validate import check_multirun_output, check_results_dir
-    from trace_train.evaluation.run import RESULT_FILES
+    from trace_train.evaluation.run import result_files
 
     check_multirun_output(cfg, "out_dir", "${hydra:runtime.output_dir}", what)
     out = Path(to_absolute_path(str(cfg.out_dir)))
-    return out, check_results_dir(out, "out_dir", RESULT_FILES, cfg.get("if_exists"))
+    return out, check_results_dir(out, "out_dir", result_files, cfg.get("if_exists"))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from trace_train.commands._validate import clear_results, env_kwargs_dict
+    from trace_train.commands._validate import env_kwargs_dict, remove_stale_results
     from trace_train.commands.rollout import exit_with
 
     try:
@@ -78,8 +78,8 @@ def main(cfg: DictConfig) -> None:
 
     from trace_train.evaluation.run import evaluate_policies, print_comparison
 
-    clear_results(stale)  # if_exists=overwrite: no trajectories file of the earlier run stays beside the new ones
     results = evaluate_policies(policies, cfg.env, cfg.split, counts["episodes"], counts["trials"],
                                 env_kwargs_dict(cfg.get("env_kwargs")), out, counts["batch_episodes"],
                                 workers=counts["workers"])
+    remove_stale_results(stale)  # if_exists=overwrite: no file of the earlier run stays
     print_comparison(results, title=f"{cfg.env}, {cfg.split} split, {cfg.episodes} seeds x {cfg.trials}")

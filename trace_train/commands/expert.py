@@ -11,7 +11,7 @@ from trace_train.paths import CONF_DIR
 
 @hydra.main(config_path=str(CONF_DIR), config_name="expert", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from trace_train.commands._validate import clear_results, env_kwargs_dict
+    from trace_train.commands._validate import env_kwargs_dict, remove_stale_results
     from trace_train.commands.rollout import exit_with
     from trace_train.evaluation.run import evaluate_policies, print_comparison
 
@@ -21,8 +21,8 @@ def main(cfg: DictConfig) -> None:
         out, stale = checked_out_dir(cfg, "its eval.json and trajectories")
     except ValueError as exc:
         exit_with("expert", str(exc))
-    clear_results(stale)  # if_exists=overwrite: no trajectories file of the earlier run stays beside the new ones
     results = evaluate_policies(policies, cfg.env, cfg.split, counts["episodes"], counts["trials"],
                                 env_kwargs_dict(cfg.get("env_kwargs")), out, counts["batch_episodes"],
                                 workers=counts["workers"])
+    remove_stale_results(stale)  # if_exists=overwrite: no file of the earlier run stays
     print_comparison(results, title=f"scripted policies on {cfg.env}, {cfg.split} split")

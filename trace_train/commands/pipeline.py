@@ -6,24 +6,12 @@ import logging
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 
 from trace_train.paths import CONF_DIR, REPO_ROOT
 
 logger = logging.getLogger(__name__)
-
-
-def pipeline_logs_dir(run_dir: object) -> str:
-    """Hydra's run dir for a pipeline run (``hydra.run.dir``): ``<run_dir>/.hydra_logs``; when ``run_dir`` is an
-    existing file, ``outputs/pipeline`` instead, so Hydra can start and the command refuses ``run_dir`` in one line."""
-    path = Path(str(run_dir)).expanduser()
-    if path.exists() and not path.is_dir():
-        return "outputs/pipeline"
-    return f"{run_dir}/.hydra_logs"
-
-
-OmegaConf.register_new_resolver("trace_pipeline_logs", pipeline_logs_dir, replace=True)
 
 
 def _check_run_dir(run_dir: object) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,18 @@ from trace_envs.records import TrajectoryRecord, write_json_atomic, write_trajec
 from trace_train.evaluation.metrics import summarize
 from trace_train.workers import Job, run_jobs
 
-RESULT_FILES = ("eval.json", "trajectories_*.jsonl")  # what evaluate_policies writes into out_dir
+
+def result_files(out_dir: Path) -> list[Path]:
+    """What :func:`evaluate_policies` wrote into ``out_dir``: its ``eval.json`` and the trajectories of the
+    policies that file names (none without one)."""
+    index = Path(out_dir) / "eval.json"
+    if not index.is_file():
+        return []
+    try:
+        policies = list(json.loads(index.read_text(encoding="utf-8")).get("policies") or {})
+    except (ValueError, AttributeError, OSError):  # damaged: only the index itself is known to be ours
+        policies = []
+    return [index, *(Path(out_dir) / f"trajectories_{name}.jsonl" for name in policies)]
 
 
 def evaluate_policies(policies: dict[str, Any], env_id: str, split: str, episodes: int, trials: int = 1,

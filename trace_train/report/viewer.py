@@ -188,8 +188,9 @@ def _size(obj: Any) -> int:
 def viewer_data(run: RunData, limits: ViewerLimits = ViewerLimits()) -> dict[str, Any]:
     """The JSON document the viewer reads: sources (one per trajectory file) and deduplicated system prompts.
 
-    Over ``limits.max_bytes`` the source with the most bytes is halved (down to one, then to none), then the last
-    sources are left out; ``left_out`` counts the sampled trajectories and the files so dropped."""
+    Over ``limits.max_bytes`` a file's only trajectory that exceeds the budget alone is left out, else the source
+    with the most bytes is halved (down to one, then to none), then the last sources are left out; ``left_out``
+    counts the sampled trajectories and the files so dropped."""
     labels = majority_labels(run.label_runs)
     names = list(run.trajectories)
     counts = share([len(run.trajectories[n].data or []) for n in names], limits.max_per_policy, limits.max_total)
@@ -205,7 +206,10 @@ def viewer_data(run: RunData, limits: ViewerLimits = ViewerLimits()) -> dict[str
                             "files": len(run.trajectories) - len(names)}}
         if _size(doc) <= limits.max_bytes or not names:
             return doc
-        if any(counts):  # one trajectory per file kept as long as possible
+        hopeless = [i for i, n in enumerate(counts) if n == 1 and _size(sources[i]) > limits.max_bytes]
+        if hopeless:  # a trajectory that cannot fit even alone goes first, before it thins every other file
+            counts[hopeless[0]] = 0
+        elif any(counts):  # one trajectory per file kept as long as possible
             pick = [i for i, n in enumerate(counts) if n > 1] or [i for i, n in enumerate(counts) if n]
             biggest = max(pick, key=lambda i: _size(sources[i]))
             counts[biggest] //= 2
