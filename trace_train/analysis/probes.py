@@ -97,13 +97,23 @@ def capabilities_for(domain: str, include_generic: bool = True, names: Iterable[
     return list(caps.values())
 
 
-def detect_domain(records: Sequence[TrajectoryRecord]) -> str:
-    """The single registered domain every record's env id belongs to (``generic`` when none)."""
+def _load_all() -> None:
     for module in set(_DOMAIN_MODULES.values()):
         try:
             importlib.import_module(module)
         except ImportError as exc:  # a domain whose env package is not installed
             logger.debug("probe module %s not importable: %s", module, exc)
+
+
+def known_domains() -> list[str]:
+    """Every domain with probes (their modules loaded) or a registered probe module."""
+    _load_all()
+    return sorted({*_REGISTRY, *_DOMAIN_MODULES})
+
+
+def detect_domain(records: Sequence[TrajectoryRecord]) -> str:
+    """The single registered domain every record's env id belongs to (``generic`` when none)."""
+    _load_all()
     found = {d for r in records for d, match in _DOMAIN_MATCHERS.items() if match(r.env_id)}
     if len(found) > 1:
         raise ValueError(f"trajectories span several domains {sorted(found)}; analyze them separately")

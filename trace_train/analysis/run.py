@@ -54,17 +54,10 @@ def auto_domain(records: Sequence[TrajectoryRecord]) -> str:
 
 
 def known_domains() -> list[str]:
-    """The ``analysis.programmatic.domain`` values: ``auto``, ``tau2`` and every domain with probes (all loaded)."""
-    import importlib
-
+    """The ``analysis.programmatic.domain`` values: ``auto``, ``tau2`` and every domain with probes."""
     from trace_train.analysis import probes
 
-    for module in set(probes._DOMAIN_MODULES.values()):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:  # a domain whose env package is not installed
-            logger.debug("probe module %s not importable: %s", module, exc)
-    return sorted({"auto", "tau2", *probes._REGISTRY, *probes._DOMAIN_MODULES})
+    return sorted({"auto", "tau2", *probes.known_domains()})
 
 
 def programmatic_capabilities(records: Sequence[TrajectoryRecord], cfg: ProgrammaticLabelerConfig

@@ -329,20 +329,13 @@ def command_line_overrides(argv: Sequence[str] | None = None) -> list[Any]:
 def _raw_value(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
-    parts = key.split(".")
-    node: Any = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
-    for part in parts:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
+    return _lookup(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg, key)
 
 
-def _yaml_value(path: Path, parts: Sequence[str]) -> Any:
+def _yaml_value(path: Path, key: str) -> Any:
     import yaml
 
-    node: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    for part in parts:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
+    return _lookup(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, key)
 
 
 def _group_sets_per_job(group: str, options: list[str], key: str) -> bool:
@@ -354,7 +347,7 @@ def _group_sets_per_job(group: str, options: list[str], key: str) -> bool:
     from trace_train.paths import CONF_DIR
 
     primary = CONF_DIR / f"{HydraConfig.get().job.config_name}.yaml"
-    default = _yaml_value(primary, key.split(".")) if primary.is_file() else None
+    default = _yaml_value(primary, key) if primary.is_file() else None
     values = []
     for option in options:
         path = CONF_DIR / group / f"{option}.yaml"
@@ -366,7 +359,7 @@ def _group_sets_per_job(group: str, options: list[str], key: str) -> bool:
                 values.append(default)
                 continue
             parts = parts[1:]
-        value = _yaml_value(path, parts)
+        value = _yaml_value(path, ".".join(parts))
         values.append(default if value is None else value)
     return None not in values and len({str(v) for v in values}) == len(values)
 

@@ -206,13 +206,13 @@ def viewer_data(run: RunData, limits: ViewerLimits = ViewerLimits()) -> dict[str
                             "files": len(run.trajectories) - len(names)}}
         if _size(doc) <= limits.max_bytes or not names:
             return doc
-        hopeless = [i for i, n in enumerate(counts) if n == 1 and _size(sources[i]) > limits.max_bytes]
+        sizes = [_size(source) for source in sources]
+        hopeless = [i for i, n in enumerate(counts) if n == 1 and sizes[i] > limits.max_bytes]
         if hopeless:  # a trajectory that cannot fit even alone goes first, before it thins every other file
             counts[hopeless[0]] = 0
         elif any(counts):  # one trajectory per file kept as long as possible
             pick = [i for i, n in enumerate(counts) if n > 1] or [i for i, n in enumerate(counts) if n]
-            biggest = max(pick, key=lambda i: _size(sources[i]))
-            counts[biggest] //= 2
+            counts[max(pick, key=sizes.__getitem__)] //= 2
         else:
             names, counts = names[:-1], counts[:-1]
 
