@@ -18,6 +18,7 @@ import time
 import gymnasium as gym
 
 import trace_envs  # noqa: F401
+import trace_envs.examples.calculator  # noqa: F401  (registers the README's example env, my/calc-v0)
 from trace_envs.core.fuzz import fuzz_env
 
 ENV_IDS = (
@@ -28,6 +29,7 @@ ENV_IDS = (
     "trace/tool_calling_precision-v0",
     "trace/tau2-airline-v0",
     "trace/tau2-retail-v0",
+    "my/calc-v0",
 )
 
 

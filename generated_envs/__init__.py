@@ -13,6 +13,7 @@ written into this package. A bad row is skipped with a warning, so deleting a ro
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -86,26 +87,62 @@ def register_row(entry: dict[str, Any], directory: str | os.PathLike | None = No
     return register_env(env_id[len(prefix):-len(suffix)], FAMILIES[family], **kwargs)
 
 
+_MODULE_SPECS: dict[str, Any] = {}  # imported wrapper module name -> the EnvSpec its import registered
+
+
+def _module_name(module_file: Path) -> str:
+    """``generated_envs.<stem>_<hash of the folder>``: two folders' ``<capability>_llm.py`` stay two modules."""
+    folder = hashlib.sha256(str(module_file.resolve().parent).encode("utf-8")).hexdigest()[:12]
+    return f"generated_envs.{module_file.stem}_{folder}"
+
+
 def _import_module_row(entry: dict[str, Any], directory: Path) -> str | None:
+    """Import the row's module, which registers ``env_id``; the module a later folder holds for an id already
+    registered from another replaces it, said aloud (an id registered by other code is left alone)."""
+    env_id = str(entry.get("env_id"))
     module_file = directory / str(entry["module"])
     if not module_file.is_file():
-        logger.warning("generated env %s: module %s is missing; skipped", entry.get("env_id"), module_file)
+        logger.warning("generated env %s: module %s is missing; skipped", env_id, module_file)
         return None
-    name = f"generated_envs.{module_file.stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, module_file)
-        if spec is None or spec.loader is None:
-            logger.warning("generated env %s: cannot import %s; skipped", entry.get("env_id"), module_file)
-            return None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception:  # a broken emitted module must not break `import trace_envs`
-            sys.modules.pop(name, None)
-            logger.exception("generated env %s: importing %s failed; skipped", entry.get("env_id"), module_file)
-            return None
-    return str(entry.get("env_id"))
+    name = _module_name(module_file)
+    before = gym.registry.get(env_id)
+    if name in sys.modules and before is not None and _MODULE_SPECS.get(name) is before:
+        return env_id  # this folder's module registered it already
+    spec = importlib.util.spec_from_file_location(name, module_file)
+    if spec is None or spec.loader is None:
+        logger.warning("generated env %s: cannot import %s; skipped", env_id, module_file)
+        return None
+    module = importlib.util.module_from_spec(spec)
+    gym.registry.pop(env_id, None)  # register_env keeps an existing id: let this module's registration in
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:  # a broken emitted module must not break `import trace_envs`
+        sys.modules.pop(name, None)
+        _restore(env_id, before)
+        logger.exception("generated env %s: importing %s failed; skipped", env_id, module_file)
+        return None
+    after = gym.registry.get(env_id)
+    if after is None:
+        _restore(env_id, before)
+        logger.warning("generated env %s: %s does not register that id; skipped", env_id, module_file)
+        return None
+    if before is not None and before.entry_point != after.entry_point:
+        _restore(env_id, before)
+        logger.warning("generated env %s: the id belongs to another env (%s); %s skipped", env_id,
+                       before.entry_point, module_file)
+        return None
+    if before is not None and dict(before.kwargs) != dict(after.kwargs):  # a later manifest wins, said aloud
+        logger.info("generated env %s: re-registered from %s (%s, was %s)", env_id, module_file,
+                    dict(after.kwargs), dict(before.kwargs))
+    _MODULE_SPECS[name] = after
+    return env_id
+
+
+def _restore(env_id: str, spec: Any) -> None:
+    gym.registry.pop(env_id, None)
+    if spec is not None:
+        gym.registry[env_id] = spec
 
 
 def load(directory: str | os.PathLike | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import threading
 import time
 import urllib.error
@@ -50,6 +51,23 @@ _NETWORK_ERRORS = (urllib.error.URLError, TimeoutError, ConnectionError, http.cl
 _PARSE_ERRORS = (json.JSONDecodeError, BadResponseError, KeyError, IndexError, TypeError, ValueError)
 
 
+def client_options_problem(timeout: Any, retries: Any, backoff: Any, max_backoff_s: Any = 30.0,
+                           backoff_name: str = "backoff") -> str | None:
+    """What is wrong with these client options (``timeout > 0``, ``retries >= 0`` an integer, backoffs
+    ``>= 0``), or None; the caller adds which option set it checked."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not number(timeout) or timeout <= 0:
+        return f"timeout must be a number of seconds > 0, got {timeout!r}"
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        return f"retries must be an integer >= 0, got {retries!r}"
+    for name, value in ((backoff_name, backoff), ("max_backoff_s", max_backoff_s)):
+        if not number(value) or value < 0:
+            return f"{name} must be a number of seconds >= 0, got {value!r}"
+    return None
+
+
 def _identity(payload: Any) -> Any:
     return payload
 
@@ -68,6 +86,12 @@ class JSONHTTPClient:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _pool: http_deadline.ConnectionPool = field(default_factory=http_deadline.ConnectionPool, init=False,
                                                 repr=False)  # keep-alive connections, shared by threads
+
+    def __post_init__(self) -> None:
+        problem = client_options_problem(self.timeout, self.retries, self.backoff_s, self.max_backoff_s,
+                                         backoff_name="backoff_s")
+        if problem:
+            raise ValueError(f"JSONHTTPClient: {problem}")
 
     def get(self, url: str, parse: Callable[[Any], T] = _identity, **kw: Any) -> T:
         return self.request("GET", url, None, parse, **kw)

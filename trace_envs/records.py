@@ -342,22 +342,27 @@ class ReadReport:
 
 def iter_jsonl_numbered(path: str | os.PathLike, report: ReadReport | None = None) -> Iterator[tuple[int, Any]]:
     """Yield ``(1-based line number, JSON value)``. A broken last line without its newline (a crash
-    mid-append) is reported and skipped; any other broken line raises ``ValueError`` naming file and line."""
+    mid-append, possibly inside a multi-byte character) is reported and skipped; any other broken line
+    raises ``ValueError`` naming file and line."""
     report = report if report is not None else ReadReport()
-    text = Path(path).read_text(encoding="utf-8")
-    lines = split_jsonl_lines(text)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")  # bytes: a cut inside a UTF-8 character only spoils its own line
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line
+    for number, raw in enumerate(lines, start=1):
         try:
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and not text.endswith("\n"):
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if number == len(lines) and not data.endswith(b"\n"):
                 report.truncated_last_line = True
                 logger.warning("%s: last line %d is truncated (crash mid-write?); skipped", path, number)
                 continue
             report.bad_lines.append(number)
-            raise ValueError(f"{path}:{number}: not valid JSON ({exc})") from exc
+            what = "not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else "not valid JSON"
+            raise ValueError(f"{path}:{number}: {what} ({exc})") from exc
         report.rows += 1
         yield number, row
 
@@ -423,6 +428,16 @@ def exclusive_output(path: str | os.PathLike) -> Iterator[Path]:
         os.close(fd)
 
 
+def _content_text(content: Any) -> str:
+    """A message's content as text: a string as is; OpenAI content parts (which the schema allows) joined,
+    a part without text shown by its type (e.g. ``<image_url>``)."""
+    if isinstance(content, list):
+        return "".join(part["text"] if isinstance(part, dict) and isinstance(part.get("text"), str)
+                       else f"<{part.get('type', '?') if isinstance(part, dict) else type(part).__name__}>"
+                       for part in content)
+    return content or ""
+
+
 def compact_text(record: TrajectoryRecord, max_tool_chars: int = 300) -> str:
     """The compact text form the analysis step reads: one line per message, tool output clipped."""
     head = (
@@ -432,7 +447,7 @@ def compact_text(record: TrajectoryRecord, max_tool_chars: int = 300) -> str:
     lines = [head]
     for msg in record.messages:
         role = msg.get("role", "?")
-        content = msg.get("content") or ""
+        content = _content_text(msg.get("content"))
         if role == "tool" and len(content) > max_tool_chars:
             content = content[:max_tool_chars] + " …"
         for call in msg.get("tool_calls") or []:

@@ -201,13 +201,20 @@ class ComposedModel(nn.Module):
 
     # ------------------------------------------------------------------ persistence
     def save(self, out_dir: str | Path) -> Path:
-        """Write gate weights (safetensors) and ``compose.json`` with adapter references + hashes."""
-        from safetensors.torch import save_file
+        """Write gate weights (safetensors) and ``compose.json`` with adapter references + hashes.
+
+        Each file is written atomically, and ``compose.json`` (what marks a composition complete: ``load``
+        refuses a folder without it) goes first and comes back last, so an interrupted save over an earlier
+        composition never leaves new gates beside the old ``compose.json``."""
+        from safetensors.torch import save
+
+        from trace_envs.atomic_io import write_bytes_atomic
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu().contiguous() for k, v in self.gates.state_dict().items()}
-        save_file(state, str(out / GATES_FILE))
+        (out / COMPOSE_JSON).unlink(missing_ok=True)
+        write_bytes_atomic(out / GATES_FILE, save(state))
         meta = {
             "format_version": FORMAT_VERSION,
             "base_model": _base_reference(str(getattr(self.model, "name_or_path", "") or "")),

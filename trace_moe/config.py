@@ -120,6 +120,7 @@ class MoEConfig:
         """``asdict`` as run-directory stage hashes see it: keys added after runs existed are left out while they
         hold their default, so those runs keep their composed stages."""
         part = asdict(self)
+        part["grpo"]["progress"] = True  # a progress bar changes nothing composed: hashed as its default
         if self.gate.scope == "token":
             part["gate"].pop("scope")
         if self.episode_router == EpisodeRouterConfig():

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -195,3 +196,38 @@ def iter_batches(examples: Sequence[GateExample], batch_size: int, order: Iterab
             chunk = []
     if chunk:
         yield chunk
+
+
+def _episode(example: GateExample, index: int) -> str:
+    return example.episode_id or f"\0{index}"  # an example without an episode id is its own episode
+
+
+def _held_out(examples: Sequence[GateExample], order: Sequence[int], n_held: int) -> set[int]:
+    keys = {_episode(examples[int(i)], int(i)) for i in order[:n_held]}
+    return {i for i, e in enumerate(examples) if _episode(e, i) in keys}
+
+
+def hold_out_episodes(examples: Sequence[GateExample], order: Sequence[int], n_held: int
+                      ) -> tuple[list[GateExample], list[GateExample]]:
+    """``(train, held_out)``: the examples ``order[:n_held]`` held out with every other example of their episodes
+    (routing-target ``label: solvers`` turns one episode into an example per solving slot, with the same tokens),
+    both lists in ``order``'s order. Without repeated episodes this is a plain split of ``order`` at ``n_held``."""
+    held = _held_out(examples, order, n_held)
+    return ([examples[int(i)] for i in order if int(i) not in held],
+            [examples[int(i)] for i in order if int(i) in held])
+
+
+def split_by_episode(examples: Sequence[GateExample], frac: float, seed: int
+                     ) -> tuple[list[GateExample], list[GateExample]]:
+    """``(train, held_out)``: at least ``max(1, round(frac * len(examples)))`` examples held out, whole episodes at
+    a time (:func:`hold_out_episodes` over a ``seed``-permuted order), always leaving one episode to train on; with
+    ``frac <= 0`` or a single episode nothing is held out. Both lists keep the input order."""
+    if frac <= 0 or len({_episode(e, i) for i, e in enumerate(examples)}) < 2:
+        return list(examples), []
+    order = np.random.default_rng(seed).permutation(len(examples))
+    n_held = max(1, round(frac * len(examples)))
+    held = _held_out(examples, order, n_held)
+    while len(held) == len(examples):  # every episode held out: give back the last one drawn
+        n_held -= 1
+        held = _held_out(examples, order, n_held)
+    return ([e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held])

@@ -5,9 +5,16 @@ Loss = LM cross-entropy on masked (assistant) tokens
      + lambda_label * cross-entropy of gate logits vs the example's slot label (mean over blocks)
 
 Two modes: ``end_to_end`` runs the routed model and back-propagates all three terms into the gates;
-``captured`` (the paper's memory-efficient path) runs the model once per example under no_grad with
-routing forced to the example's label, captures every block's gate input, and trains the gates on
-those inputs with the label and load-balancing terms only (the LM term is then not available).
+``captured`` (after the paper's memory-efficient path) runs the model under no_grad at the start of each epoch,
+routed by the current gates, captures every block's gate input, and trains the gates on those inputs with the
+label and load-balancing terms only (the LM term is then not available).
+
+The paper captures once, with routing forced to the example's label. From block 1 on, such an input already
+carries that label's adapter, so the gates learn to read the label back (on pairs of identical sequences with
+different labels, block 1 separated them) and their training accuracy says nothing of inference, where no label
+is forced. Inputs routed by the gates themselves carry no label and are what inference feeds each block, for the
+gates as they were when the epoch began (the approximation: within an epoch, block l does not see how the
+updates of the earlier blocks change its input).
 """
 
 from __future__ import annotations
@@ -272,7 +279,7 @@ def _step(composed: ComposedModel, opt, sched, cfg: GateTrainConfig) -> None:
 def capture_gate_inputs(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig
                         ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per block, the gate inputs (M, d) of every labelled position (``GateExample.position_labels``) and their
-    labels, with routing forced to each example's ``label``."""
+    labels, routed by the current gates as at inference: the inputs carry no label (see the module docstring)."""
     device = next(composed.gates.parameters()).device
     per_layer: list[list[torch.Tensor]] = [[] for _ in range(composed.num_layers)]
     labels: list[torch.Tensor] = []
@@ -282,7 +289,7 @@ def capture_gate_inputs(composed: ComposedModel, examples: Sequence[GateExample]
         ids, att = b.input_ids.to(device), b.attention_mask.to(device)
         positions = b.position_labels.to(device)
         gmask = positions >= 0
-        with composed.forcing(b.labels.to(device)), composed.capturing():
+        with composed.forcing(None), composed.capturing():
             composed(input_ids=ids, attention_mask=att, use_cache=False)
             for layer, gate in enumerate(composed.gates):
                 per_layer[layer].append(gate.last_input[gmask].float())
@@ -293,13 +300,15 @@ def capture_gate_inputs(composed: ComposedModel, examples: Sequence[GateExample]
 
 def _train_captured(composed: ComposedModel, examples: Sequence[GateExample], cfg: GateTrainConfig) -> GateTrainMetrics:
     inputs, labels = capture_gate_inputs(composed, examples, cfg)
-    n_tok = labels.shape[0]
+    n_tok = labels.shape[0]  # the same positions every epoch; only the inputs change with the gates
     tokens_per_step = max(1, cfg.batch_size * cfg.grad_accum * max(1, n_tok // max(1, len(examples))))
     steps_per_epoch = max(1, math.ceil(n_tok / tokens_per_step))
     opt, sched = _optimizer(composed, cfg, steps_per_epoch * cfg.epochs)
     gen = torch.Generator().manual_seed(cfg.seed)
     metrics = GateTrainMetrics()
     for epoch in range(cfg.epochs):
+        if epoch:
+            inputs, _ = capture_gate_inputs(composed, examples, cfg)
         perm = torch.randperm(n_tok, generator=gen).to(labels.device)
         sums = {"lb": 0.0, "label": 0.0, "total": 0.0}
         for s in range(steps_per_epoch):

@@ -65,6 +65,8 @@ class PolicySpec:
             raise ValueError("a composed policy needs adapter=<directory written by trace-rl compose>")
         if spec.kind == "task_router" and not spec.adapter:
             raise ValueError("a task_router policy needs adapter=<directory written by trace-rl compose>")
+        if spec.kind == "openai":
+            check_server_options(spec.server, f"{path}.server")
         for key in ("route_descriptions", "route_corpus"):
             if getattr(spec, key) and spec.kind != "task_router":
                 raise ValueError(f"{path}.{key} is only read by a task_router policy, not {spec.kind}")
@@ -83,6 +85,33 @@ class PolicySpec:
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p,
                               max_new_tokens=self.max_new_tokens, greedy=self.greedy)
+
+
+# ``server`` keys of an openai policy: the OpenAIRolloutBackend options a config may set
+SERVER_OPTIONS = ("routing", "timeout", "retries", "backoff", "max_concurrency", "api_key", "load_inplace",
+                  "max_turns", "max_context")
+
+
+def check_server_options(server: Mapping[str, Any], path: str = "policy.server") -> None:
+    """An openai policy's ``server`` options: known keys, sane values; ``ValueError`` (one line) naming
+    ``<path>.<key>`` otherwise (a bad value would only fail mid-run, at the first retry). ``routing`` is
+    checked by the backend itself, before any episode."""
+    from trace_envs.llm_http import client_options_problem
+
+    unknown = sorted(set(server) - set(SERVER_OPTIONS))
+    if unknown:
+        raise ValueError(f"{path}.{unknown[0]}: unknown server option; the options are {', '.join(SERVER_OPTIONS)}")
+    defaults = {"timeout": 300.0, "retries": 3, "backoff": 1.0}
+    problem = client_options_problem(*(server.get(k, d) for k, d in defaults.items()))
+    if problem:
+        raise ValueError(f"{path}.{problem}")
+    for key, minimum in (("max_concurrency", 1), ("max_turns", 1), ("max_context", 2)):
+        value = server.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+            raise ValueError(f"{path}.{key} must be an integer >= {minimum}, got {value!r}")
+    for key, kind in (("api_key", str), ("load_inplace", bool)):
+        if key in server and not isinstance(server[key], kind):
+            raise ValueError(f"{path}.{key} must be a {kind.__name__}, got {server[key]!r}")
 
 
 def check_policy_env(spec: PolicySpec, env_id: str, env_kwargs: dict[str, Any] | None = None, seed: int = 0) -> None:

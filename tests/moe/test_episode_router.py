@@ -213,3 +213,10 @@ def test_the_pipeline_fits_the_router_on_the_adapters_successes_and_holds_out_wh
     assert metrics["examples"] + metrics["held_out"] == 2 * len(texts)  # successes only
     assert composition_scope(out["composed_dir"]) == "episode"
     assert EpisodeRouter.load(out["composed_dir"]).slot_names == ["base", *NAMES]
+
+
+def test_the_gate_grpo_progress_bar_leaves_the_composition_hash_alone():
+    quiet = MoEConfig.from_dict({"grpo": {"progress": False}})
+    assert json.dumps(quiet.hash_part(), sort_keys=True) == json.dumps(MoEConfig().hash_part(), sort_keys=True)
+    other_lr = MoEConfig.from_dict({"grpo": {"lr": 0.5}})
+    assert json.dumps(other_lr.hash_part(), sort_keys=True) != json.dumps(MoEConfig().hash_part(), sort_keys=True)

@@ -28,7 +28,9 @@ def _run(run_dir: Path, monkeypatch, **pipeline_kw) -> dict[str, dict]:
     cfg = PipelineConfig(run_dir=str(run_dir), **pipeline_kw)
     cfg.report.routing_sample = 0
     cfg.compose.enabled = False
-    p = pipeline_run.Pipeline(cfg, BootstrapConfig(), AnalysisConfig(), SynthesisConfig(), GRPOConfig(iterations=2),
+    # checkpoint_every divides the budget: with both target rows the 1x row is the 4x run's checkpoint at 2
+    p = pipeline_run.Pipeline(cfg, BootstrapConfig(), AnalysisConfig(), SynthesisConfig(),
+                              GRPOConfig(iterations=2, checkpoint_every=2),
                               Path("."), moe_cfg=MoEConfig())
     p._rollouts = lambda model, out: {}
     p._analysis = lambda out: {"selected": ["precondition_verification"]}

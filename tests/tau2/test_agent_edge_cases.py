@@ -78,6 +78,7 @@ def test_items_listed_in_another_order_are_still_precise():
 @pytest.mark.parametrize("texts,label", [
     (["You paid $1.00 in total."], "LACKING"),  # a wrong total, without the order id
     (["Order {oid} has items at {parts}.", "Altogether you paid {answer}."], "PRESENT"),  # parts, then the total
+    (["You paid {answer} (I first thought $1.00, but that was wrong)."], "LACKING"),  # a hedge, as the env scores it
 ])
 def test_a_questions_answer_is_the_last_amount_stated(texts, label):
     env = gym.make("trace/structured_data_reasoning-v0", domain="tau2-retail")

@@ -27,6 +27,7 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 MAX_JSON_DEPTH = 32  # containers, the call object included; real tool calls nest 2-5 levels
 MAX_INT_BITS = 13_000  # ~3,900 decimal digits: under Python's default int<->str limit (4,300)
+NAME_ECHO_CHARS = 80  # an agent-chosen name (tool, argument) is echoed back at most this long
 _COMPACT = (",", ":")  # the chat template renders tool calls compactly; emit the same bytes
 _CLOSE_TRIES = 8  # close tags tried per block before the first one is taken (bounds the work on hostile text)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -168,16 +169,22 @@ def _call_from_obj(obj: Any, cleaner: _Cleaner) -> tuple[ToolCall | None, str | 
         try:
             args = _loads(args, cleaner, depth=1) if args.strip() else {}
         except _BadJSON as exc:
-            return None, f"the arguments string of {_short(name)} {exc}"
+            return None, f"the arguments string of {quoted_name(name)} {exc}"
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        return None, f"arguments of {_short(name)} must be a JSON object"
+        return None, f"arguments of {quoted_name(name)} must be a JSON object"
     return ToolCall(name=name.strip(), arguments=args, id=call_id), None
 
 
-def _short(name: str, limit: int = 80) -> str:
-    return repr(name if len(name) <= limit else name[:limit] + "...")
+def short_name(name: str, limit: int = NAME_ECHO_CHARS) -> str:
+    """``name`` cut to ``limit`` characters (``...`` marks a cut): an agent-chosen name as the env echoes it."""
+    return name if len(name) <= limit else name[:limit] + "..."
+
+
+def quoted_name(name: str) -> str:
+    """``repr`` of :func:`short_name`: how error messages quote an agent-chosen name."""
+    return repr(short_name(name))
 
 
 def _add_call(turn: ParsedTurn, obj: Any, cleaner: _Cleaner) -> None:

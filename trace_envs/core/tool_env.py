@@ -13,12 +13,19 @@ Protocol per ``step(action)``:
 * plain text goes to the user, whose reply is the observation; ``###STOP###`` from the user ends the
   episode (user stop), as does ``###STOP###`` in the assistant's text (agent stop) and a call to
   ``transfer_to_human_agents`` (transfer);
-* ``max_errors`` errors or ``max_steps`` assistant turns truncate the episode (reward 0); both are at least 1.
+* ``max_errors`` errors or ``max_steps`` assistant turns truncate the episode (reward 0); both are at least 1;
+* a tool message's content is cut to ``MAX_TOOL_MESSAGE_CHARS`` and an agent-chosen tool name echoed in its
+  ``name`` to ``NAME_ECHO_CHARS`` (so one hostile call cannot outgrow an observation's shared-memory slot);
+* calls without an id get ``call_<n>``, numbered through the episode, skipping any id the agent chose itself;
+* a turn runs at most ``MAX_CALLS_PER_TURN`` calls (malformed ones included; the rest are one ``Error:`` message),
+  and when a step's messages would still outgrow the observation space's ``max_bytes`` (the async vector env's
+  shared-memory slot) every tool message is cut to an equal share of it.
 The reward is given once, when the episode terminates.
 """
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,13 +33,18 @@ from typing import Any
 import gymnasium as gym
 
 from trace_envs.core.kwarg_checks import integer
-from trace_envs.core.parsing import ParsedTurn, ToolCall, assistant_message, parse_action
+from trace_envs.core.parsing import ParsedTurn, ToolCall, assistant_message, parse_action, short_name
 from trace_envs.core.spaces import MessageList, MessageText
 from trace_envs.core.tools import ToolBox
 
 STOP_TOKEN = "###STOP###"
 TRANSFER_TOKEN = "###TRANSFER###"
 TRANSFER_TOOL = "transfer_to_human_agents"
+# The longest tool message content the env emits (a longer one keeps its head and a note). Real outputs stay far
+# below it (tau2's largest, a one-stop flight search, is ~25k characters; the SWE tools cut theirs at 10-16k).
+MAX_TOOL_MESSAGE_CHARS = 65_536
+MAX_CALLS_PER_TURN = 32  # a real turn makes a handful; hundreds of calls are a hostile or degenerate turn
+_JSON_BYTES_PER_CHAR = 6  # the most one character takes in JSON text (a control character as \uXXXX)
 
 
 @dataclass
@@ -98,6 +110,7 @@ class ToolUseEnv(gym.Env, ABC):
         self._format_ok_turns = 0
         self._done = False
         self._call_counter = 0
+        self._used_ids: set[str] = set()
 
     # -- to implement ---------------------------------------------------------------------------
     @abstractmethod
@@ -117,6 +130,7 @@ class ToolUseEnv(gym.Env, ABC):
         self._errors = 0
         self._format_ok_turns = 0
         self._call_counter = 0
+        self._used_ids = set()
         self._done = False
         obs = self._episode.opening()
         self._transcript = [{"role": "system", "content": self._episode.system_prompt}, *obs]
@@ -138,6 +152,7 @@ class ToolUseEnv(gym.Env, ABC):
             self._format_ok_turns += 1
         self._transcript.append(assistant_message(turn))
         obs, termination = self._respond(turn)
+        obs = self._fit_slot(obs)
         self._transcript.extend(obs)
 
         reward, terminated, truncated = 0.0, False, False
@@ -167,7 +182,11 @@ class ToolUseEnv(gym.Env, ABC):
     # -- internals -------------------------------------------------------------------------------
     def _next_call_id(self) -> str:
         self._call_counter += 1
-        return f"call_{self._call_counter}"
+        while f"call_{self._call_counter}" in self._used_ids:  # an id the agent chose: never reuse it
+            self._call_counter += 1
+        call_id = f"call_{self._call_counter}"
+        self._used_ids.add(call_id)
+        return call_id
 
     def _screen(self, turn: ParsedTurn) -> ParsedTurn:
         kept = []
@@ -177,19 +196,40 @@ class ToolUseEnv(gym.Env, ABC):
                 kept.append(call)
             else:
                 turn.errors.append(refusal)
+        excess = len(turn.errors) + len(kept) - MAX_CALLS_PER_TURN
+        if excess > 0:
+            turn.errors = turn.errors[:MAX_CALLS_PER_TURN - 1]
+            kept = kept[:MAX_CALLS_PER_TURN - 1 - len(turn.errors)]
+            turn.errors.append(f"{excess + 1} tool calls of this turn were not run: a turn runs at most "
+                               f"{MAX_CALLS_PER_TURN}")
         turn.tool_calls = kept
         return turn
+
+    def _fit_slot(self, obs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``obs`` with its tool messages cut to equal shares when its JSON outgrows ``max_bytes``."""
+        limit = getattr(self.observation_space, "max_bytes", None)
+        tools = [m for m in obs if m["role"] == "tool"]
+        if limit is None or not tools or len(json.dumps(obs, ensure_ascii=False).encode("utf-8")) <= limit:
+            return obs
+        rest = sum(len(json.dumps(m, ensure_ascii=False).encode("utf-8")) + 2 for m in obs) - sum(
+            len(json.dumps(m["content"], ensure_ascii=False).encode("utf-8")) for m in tools)
+        note = "\n... [{:,} characters cut: this step's tool messages share the observation's size limit]"
+        budget = (limit - rest) // len(tools) - len(note) - 16  # bytes per message: its note, a count of 16 digits
+        share = max(0, budget // _JSON_BYTES_PER_CHAR)
+        for message in tools:
+            cut = len(message["content"]) - share
+            if cut > 0:
+                message["content"] = message["content"][:share] + note.format(cut)
+        return obs
 
     def _respond(self, turn: ParsedTurn) -> tuple[list[dict[str, Any]], str | None]:
         episode = self._episode
         assert episode is not None
         obs: list[dict[str, Any]] = []
+        self._used_ids.update(call.id for call in turn.tool_calls if call.id)
         for error in turn.errors:
             self._errors += 1
-            obs.append(
-                {"role": "tool", "tool_call_id": self._next_call_id(), "name": "invalid_tool_call",
-                 "content": f"Error: {error}"}
-            )
+            obs.append(_tool_message(self._next_call_id(), "invalid_tool_call", f"Error: {error}"))
         transferred = False
         for call in turn.tool_calls:
             call.id = call.id or self._next_call_id()
@@ -197,7 +237,7 @@ class ToolUseEnv(gym.Env, ABC):
             if result.error:
                 self._errors += 1
             episode.on_tool_call(call.name, call.arguments, result.error)
-            obs.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.output})
+            obs.append(_tool_message(call.id, call.name, result.output))
             transferred = transferred or (call.name == TRANSFER_TOOL and not result.error)
         # Keep the recorded assistant message's call ids in sync with the tool messages.
         if turn.tool_calls:
@@ -233,3 +273,13 @@ class ToolUseEnv(gym.Env, ABC):
             info.update(reward=0.0, success=False, reward_breakdown={})
         info["transcript"] = list(self._transcript)  # TerminalInfo: the episode's messages travel in info
         return info
+
+
+def _tool_message(call_id: str, name: str, content: str) -> dict[str, Any]:
+    """A ``tool`` message of bounded size: ``name`` through ``short_name``, ``content`` at most
+    ``MAX_TOOL_MESSAGE_CHARS`` (a longer one keeps its head and a note of the cut)."""
+    if len(content) > MAX_TOOL_MESSAGE_CHARS:
+        head = MAX_TOOL_MESSAGE_CHARS - 100  # room for the note
+        content = (f"{content[:head]}\n... [{len(content) - head:,} characters cut: a tool message holds at most "
+                   f"{MAX_TOOL_MESSAGE_CHARS:,}]")
+    return {"role": "tool", "tool_call_id": call_id, "name": short_name(name), "content": content}

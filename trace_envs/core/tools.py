@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from trace_envs.core.parsing import quoted_name, short_name
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -18,7 +21,10 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 class ToolError(Exception):
-    """Raised by a tool implementation; the message reaches the agent as ``Error: <message>``."""
+    """Raised by a tool implementation; the message reaches the agent as ``Error: <message>``.
+
+    Any other exception from a tool is a bug in the tool and propagates (the episode ends as ``env_error``),
+    except Python's limits on huge numbers (see ``ToolBox.call``)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ def validate_arguments(spec: ToolSpec, args: dict[str, Any]) -> str | None:
         return f"missing required argument(s) {', '.join(missing)} for {spec.name}"
     unknown = [name for name in args if name not in props]
     if unknown:
-        return f"unknown argument(s) {', '.join(unknown)} for {spec.name}"
+        return f"unknown argument(s) {', '.join(map(short_name, unknown))} for {spec.name}"
     for name, value in args.items():
         expected = props[name].get("type")
         if expected is None:
@@ -93,16 +99,34 @@ class ToolBox:
         return [spec.schema() for spec in self.tools.values()]
 
     def call(self, name: str, args: dict[str, Any]) -> ToolResult:
-        """Run a tool; unknown tools, bad arguments and ``ToolError`` become error results."""
+        """Run a tool; unknown tools, bad arguments, ``ToolError`` and numbers too large for Python (an
+        ``OverflowError``, or a result over the int-to-text digit limit) become error results."""
         spec = self.tools.get(name)
         if spec is None:
-            return ToolResult(f"Error: unknown tool {name!r}; available: {', '.join(self.tools)}", error=True)
+            return ToolResult(f"Error: unknown tool {quoted_name(name)}; available: {', '.join(self.tools)}",
+                              error=True)
         problem = validate_arguments(spec, args)
         if problem:
             return ToolResult(f"Error: {problem}", error=True)
         try:
             out = spec.fn(**args)
+            text = out if isinstance(out, str) else json.dumps(out, separators=(",", ":"), ensure_ascii=False)
         except ToolError as exc:
             return ToolResult(f"Error: {exc}", error=True)
-        text = out if isinstance(out, str) else json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+        except (OverflowError, ValueError) as exc:
+            # The parser admits integers of up to ~3,900 digits, so an agent can hand a tool numbers that Python
+            # cannot turn into floats or (once multiplied) into text; any other exception is the tool's own bug.
+            why = _number_too_large(exc)
+            if why is None:
+                raise
+            return ToolResult(f"Error: {spec.name}: a number is too large ({why})", error=True)
         return ToolResult(text, error=False, mutated=spec.mutates)
+
+
+def _number_too_large(exc: Exception) -> str | None:
+    """What Python refused, if ``exc`` is one of its limits on huge numbers, else None."""
+    if isinstance(exc, OverflowError):
+        return str(exc)
+    if "integer string conversion" in str(exc):
+        return f"it has more than {sys.get_int_max_str_digits()} digits"
+    return None

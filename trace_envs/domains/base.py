@@ -57,11 +57,31 @@ class Domain(ABC):
     guard_cases: tuple[str, ...] = GUARD_CASES  # the subset of GUARD_CASES this domain can generate
     # selection request shapes this domain can generate; "mixed" (every domain) draws the constraints at random
     selection_styles: tuple[str, ...] = ("mixed",)
+    # Family settings (env kwargs) this domain does not vary: name -> the value every task realizes (None: the
+    # setting means nothing here and is left out of the task's difficulty). A family refuses any other value.
+    fixed_settings: dict[str, float | None] = {}
+    # Family settings this domain honours over a narrower range than the family's: name -> (lowest, highest).
+    setting_ranges: dict[str, tuple[int, int]] = {}
+
+    def setting_problem(self, name: str, value: Any) -> str | None:
+        """Why this domain cannot honour the family setting ``name=value`` (None: it can)."""
+        if name in self.fixed_settings:
+            fixed = self.fixed_settings[name]
+            if fixed is None:
+                return f"domain {self.name!r} does not honour {name} (its tasks do not vary it); leave it unset"
+            if value != fixed:
+                return f"domain {self.name!r} realizes only {name}={fixed} in every task; got {value!r}"
+        if name in self.setting_ranges:
+            low, high = self.setting_ranges[name]
+            if not low <= value <= high:
+                return f"domain {self.name!r} honours {name} in [{low}, {high}] only; got {value!r}"
+        return None
 
     # -- world, tools, verification --------------------------------------------------------------
     @abstractmethod
-    def new_world(self, rng: np.random.Generator) -> Any:
-        """A fresh world (DB + the acting user) drawn from ``rng``."""
+    def new_world(self, rng: np.random.Generator, split: str = "train") -> Any:
+        """A fresh world (DB + the acting user) drawn from ``rng``; a domain over a fixed database draws from
+        the pool of the seed's ``split`` (``trace_envs.splits``)."""
 
     @abstractmethod
     def world_db(self, world: Any) -> dict[str, Any]:

@@ -63,7 +63,8 @@ class RetailSimDomain(Domain):
     guard_cases = ("allow", "ownership", "status")
 
     # -- world, tools, verification --------------------------------------------------------------
-    def new_world(self, rng: np.random.Generator) -> RetailWorld:
+    def new_world(self, rng: np.random.Generator, split: str = "train") -> RetailWorld:
+        """Generated per seed: every split draws from the same generator (``split`` is not used)."""
         builder = WorldBuilder(rng)
         world = RetailWorld(builder, "email" if rng.random() < 0.7 else "name_zip")
         if rng.random() < 0.5:  # a filler order, as in retail-sim

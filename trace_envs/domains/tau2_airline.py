@@ -7,6 +7,11 @@ tau2's airline policy, none of which the tools enforce: a cancellation needs a b
 added but not removed (``policy``); basic economy flights cannot be modified (``policy``: the user asks
 to move a trip's flights to later dates, which tau2's ``update_reservation_flights`` accepts for any
 cabin); the reservation must be the user's (``ownership``). ``details['rule']`` names the policy rule.
+
+No refusal case is enforced by the tools, so ``unenforced_share`` is 1.0 on every task; ``n_distractors`` is not
+varied (a selection's decoys are the user's own other reservations); ``n_records`` is the exact number of flights
+of the reservation a question is about (2-4). The users (and so the reservations) are split into a train and a
+test pool (``trace_envs.splits.pool_split``): a seed's requests draw only on its own split's users.
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ import numpy as np
 
 from trace_envs.domains.base import Request
 from trace_envs.domains.errors import DrawFailed
-from trace_envs.domains.tau2_common import OWNERSHIP_WORDS, Tau2FamilyDomain, Tau2FamilyWorld, pick, raw
+from trace_envs.domains.tau2_common import (
+    OWNERSHIP_WORDS,
+    Tau2FamilyDomain,
+    Tau2FamilyWorld,
+    pick,
+    pool_of,
+    raw,
+    split_pools,
+)
+from trace_envs.splits import pool_split
 
 NOW_DATE = "2024-05-15"  # the policy's current time is 2024-05-15 15:00 EST
 RECENT = "2024-05-14T15:00:00"  # booked within the last 24 h
@@ -43,6 +57,7 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
     tau2_domain = "airline"
     entity_collection = "reservations"
     guard_cases = ("allow", "ownership", "policy")
+    fixed_settings = {"n_distractors": None, "unenforced_share": 1.0}
 
     def __init__(self) -> None:
         super().__init__()
@@ -52,15 +67,19 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
         self._future = sorted(r for r, res in db.reservations.items()
                               if res.status is None and all(f.date > NOW_DATE for f in res.flights))
         future = set(self._future)
-        self._users = sorted(u for u, rec in db.users.items() if any(r in future for r in rec.reservations))
+        self._users = split_pools(sorted(u for u, rec in db.users.items()
+                                         if any(r in future for r in rec.reservations)))
+        most = min(max(len(db.reservations[r].flights) for u in users for r in db.users[u].reservations
+                       if r in db.reservations) for users in self._users.values())
+        self.setting_ranges = {"n_records": (2, most)}
 
     # -- world -----------------------------------------------------------------------------------
-    def new_world(self, rng: np.random.Generator) -> Tau2FamilyWorld:
+    def new_world(self, rng: np.random.Generator, split: str = "train") -> Tau2FamilyWorld:
         from trace_envs.tau2.runtime import fresh_db
 
-        user_id = pick(rng, self._users)
+        user_id = pick(rng, pool_of(self._users, split))
         return Tau2FamilyWorld(db=fresh_db("airline"), user_id=user_id, identity={"user_id": user_id},
-                               identify=("get_user_details", {"user_id": user_id}))
+                               identify=("get_user_details", {"user_id": user_id}), split=split)
 
     def identity_sentence(self, identity: dict[str, str]) -> str:
         return f"My user id is {identity['user_id']}."
@@ -73,8 +92,10 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
         return [r for r in raw(world.db.users, world.user_id).reservations if r in pool and r not in world.used]
 
     def _others(self, world: Tau2FamilyWorld) -> list[str]:
+        """Other users' open reservations, of users in the world's split."""
         mine = set(raw(world.db.users, world.user_id).reservations)
-        return [r for r in self._future if r not in mine]
+        return [r for r in self._future if r not in mine
+                and pool_split(self._res(world, r).user_id) == world.split]
 
     def _payments(self, world: Tau2FamilyWorld) -> list[str]:
         """The user's payment methods an update may use (no certificates), in profile order."""
@@ -250,8 +271,8 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
         return fix
 
     def question_request(self, world: Tau2FamilyWorld, rng: np.random.Generator, n_records: int) -> Request:
-        pool = [r for r in self._own(world, future=False) if len(self._res(world, r).flights) >= 2]
-        rid = pick(rng, pool)
+        pool = [r for r in self._own(world, future=False) if len(self._res(world, r).flights) == n_records]
+        rid = pick(rng, pool)  # none: DrawFailed, the family draws another world
         prices = [f.price for f in self._res(world, rid).flights]
         answer = f"${sum(prices)}"
         spec = self._spec("question", rid,
@@ -260,8 +281,10 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
         return self.make_request(world, spec, communicate=[answer], answer=answer, n_records=len(prices))
 
     def selection_request(self, world: Tau2FamilyWorld, rng: np.random.Generator, kind: str, n_constraints: int,
-                          n_distractors: int, style: str = "mixed") -> Request:
-        """The user names a trip, not its id: add a bag to the one reservation matching every stated fact."""
+                          n_distractors: int | None = None, style: str = "mixed") -> Request:
+        """The user names a trip, not its id: add a bag to the one reservation that exactly ``n_constraints``
+        stated facts single out; the decoys are the user's other reservations sharing the first one
+        (``n_distractors`` is not varied here)."""
         if kind != "bags_by_trip":
             raise ValueError(f"tau2-airline selection kinds are {self.kinds('selection')}, got {kind!r}")
         own = self._own(world)
@@ -277,8 +300,8 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
                 break
             chosen.append(key)
             matching = [r for r in matching if facts[r][key] == facts[target][key]]
-        if matching != [target]:
-            raise DrawFailed("the target reservation is not unique under its facts")
+        if matching != [target] or len(chosen) != n_constraints:
+            raise DrawFailed(f"no {n_constraints} facts single out the target reservation")
         first = chosen[0]
         decoys = [r for r in own if r != target and facts[r][first] == facts[target][first]]
         decoys = decoys or [r for r in own if r != target]
@@ -291,7 +314,7 @@ class Tau2AirlineDomain(Tau2FamilyDomain):
                          for r in raw(world.db.users, world.user_id).reservations]
         spec["wrong"] = [spec["write"][0], self._bags_args(world, decoys[0], 1, payment)]
         self.require_gold(world, [tuple(spec["write"])])
-        return self.make_request(world, spec, target=target, decoys=decoys[:max(1, n_distractors)], constraints=chosen)
+        return self.make_request(world, spec, target=target, decoys=decoys, constraints=chosen)
 
     @staticmethod
     def _facts(res: Any) -> dict[str, str]:

@@ -22,6 +22,7 @@ from trace_envs.core.scripted import ScriptedUserReplies
 from trace_envs.core.tools import ToolBox
 from trace_envs.domains.base import Domain, Request
 from trace_envs.domains.errors import DrawFailed
+from trace_envs.splits import SPLITS, pool_split
 from trace_envs.tau2.runtime import (
     _DB_MODULES,
     CopyOnAccessDict,
@@ -46,6 +47,21 @@ class Tau2FamilyWorld:
     identity: dict[str, str]  # what the user tells the agent (may be wrong: authentication case)
     identify: tuple[str, dict[str, Any]]  # the agent's identification call
     used: set[str] = field(default_factory=set)  # entity ids already taken by a request
+    split: str = "train"  # the seed's split: every user the world's requests draw on is from its pool
+
+
+def split_pools(user_ids: list[str]) -> dict[str, list[str]]:
+    """``user_ids`` (sorted) partitioned into the train and test pools (``trace_envs.splits.pool_split``)."""
+    pools: dict[str, list[str]] = {name: [] for name in SPLITS}
+    for user_id in user_ids:
+        pools[pool_split(user_id)].append(user_id)
+    return pools
+
+
+def pool_of(pools: dict[str, Any], split: str) -> Any:
+    if split not in pools:
+        raise ValueError(f"unknown split {split!r}; choose one of {sorted(pools)}")
+    return pools[split]
 
 
 def pick(rng: np.random.Generator, values: list | tuple) -> Any:

@@ -1,6 +1,10 @@
 """τ²-Bench retail as a family domain (``domain="tau2-retail"``), over the real tau2 package.
 
-Worlds are tau2's retail DB; the acting user, their orders, products and variants are drawn from it.
+Worlds are tau2's retail DB; the acting user, their orders, products and variants are drawn from it. The
+users (and so the orders) are split into a train and a test pool (``trace_envs.splits.pool_split``): a seed's
+requests draw only on its own split's users. ``n_records`` is the exact number of items of the order a question
+is about (2-5, the DB's range); ``n_distractors`` is not varied: a selection's decoys are the product's own
+variants that share its first stated option.
 Precondition cases come from tau2's retail policy: cancel needs a *pending* order and return a
 *delivered* one (``status``, enforced by tau2's tools), the order must be the authenticated user's
 (``ownership``, policy only), and the user must be authenticated by email or name + zip first
@@ -22,8 +26,11 @@ from trace_envs.domains.tau2_common import (
     Tau2FamilyDomain,
     Tau2FamilyWorld,
     pick,
+    pool_of,
     raw,
+    split_pools,
 )
+from trace_envs.splits import pool_split
 
 REASON_PHRASES = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
 _GOOD = {"cancel": ("pending",), "return": ("delivered",), "exchange": ("delivered",), "modify_items": ("pending",),
@@ -41,23 +48,28 @@ class Tau2RetailDomain(Tau2FamilyDomain):
     tau2_domain = "retail"
     entity_collection = "orders"
     guard_cases = ("allow", "ownership", "status", "authentication")
+    fixed_settings = {"n_distractors": None}
 
     def __init__(self) -> None:
         super().__init__()
         from trace_envs.tau2.runtime import pristine_db
 
         db = pristine_db("retail")
-        self._users = sorted(u for u, rec in db.users.items() if rec.orders)
-        self._orders_by_status: dict[str, list[str]] = {}
+        self._users = split_pools(sorted(u for u, rec in db.users.items() if rec.orders))
+        self._orders_by_status: dict[str, dict[str, list[str]]] = {name: {} for name in self._users}
         for oid, order in sorted(db.orders.items()):
-            self._orders_by_status.setdefault(order.status, []).append(oid)
+            statuses = self._orders_by_status[pool_split(order.user_id)]
+            statuses.setdefault(order.status, []).append(oid)
+        most = min(max(len(db.orders[o].items) for u in users for o in db.users[u].orders if o in db.orders)
+                   for users in self._users.values())
+        self.setting_ranges = {"n_records": (2, most)}
 
     # -- world -----------------------------------------------------------------------------------
-    def new_world(self, rng: np.random.Generator) -> Tau2FamilyWorld:
+    def new_world(self, rng: np.random.Generator, split: str = "train") -> Tau2FamilyWorld:
         from trace_envs.tau2.runtime import fresh_db
 
         db = fresh_db("retail")
-        user = raw(db.users, pick(rng, self._users))
+        user = raw(db.users, pick(rng, pool_of(self._users, split)))
         if rng.random() < 0.7:
             identity = {"email": user.email}
             identify = ("find_user_id_by_email", {"email": user.email})
@@ -65,17 +77,17 @@ class Tau2RetailDomain(Tau2FamilyDomain):
             identity = {"first_name": user.name.first_name, "last_name": user.name.last_name,
                         "zip": user.address.zip}
             identify = ("find_user_id_by_name_zip", dict(identity))
-        return Tau2FamilyWorld(db=db, user_id=user.user_id, identity=identity, identify=identify)
+        return Tau2FamilyWorld(db=db, user_id=user.user_id, identity=identity, identify=identify, split=split)
 
     def identity_sentence(self, identity: dict[str, str]) -> str:
         if "email" in identity:
             return f"My email is {identity['email']}."
         return f"I am {identity['first_name']} {identity['last_name']}, zip code {identity['zip']}."
 
-    def _own_orders(self, world: Tau2FamilyWorld, statuses: tuple[str, ...], min_items: int = 1) -> list[str]:
+    def _own_orders(self, world: Tau2FamilyWorld, statuses: tuple[str, ...]) -> list[str]:
         user = raw(world.db.users, world.user_id)
         return [o for o in user.orders if o in world.db.orders and o not in world.used
-                and raw(world.db.orders, o).status in statuses and len(raw(world.db.orders, o).items) >= min_items]
+                and raw(world.db.orders, o).status in statuses]
 
     def _order(self, world: Tau2FamilyWorld, oid: str) -> Any:
         return raw(world.db.orders, oid)
@@ -113,7 +125,8 @@ class Tau2RetailDomain(Tau2FamilyDomain):
         words: tuple[str, ...] = ()
         if case == "ownership":
             mine = set(raw(world.db.users, world.user_id).orders)
-            pool = [o for s in _GOOD[kind] for o in self._orders_by_status.get(s, []) if o not in mine]
+            by_status = self._orders_by_status[world.split]
+            pool = [o for s in _GOOD[kind] for o in by_status.get(s, []) if o not in mine]
             oid = pick(rng, pool)
             words = OWNERSHIP_WORDS
         else:
@@ -161,7 +174,7 @@ class Tau2RetailDomain(Tau2FamilyDomain):
             spec["sloppy"] = sloppy
         elif kind == "modify_address":
             oid = pick(rng, self._own_orders(world, ("pending",)))
-            other = raw(world.db.users, pick(rng, [u for u in self._users if u != world.user_id]))
+            other = raw(world.db.users, pick(rng, [u for u in self._users[world.split] if u != world.user_id]))
             address = other.address.model_dump()
             if not address.get("address2"):
                 raise DrawFailed("the drawn address has no second line")
@@ -199,8 +212,8 @@ class Tau2RetailDomain(Tau2FamilyDomain):
 
     def question_request(self, world: Tau2FamilyWorld, rng: np.random.Generator, n_records: int) -> Request:
         statuses = ("pending", "processed", "delivered", "cancelled")
-        pool = self._own_orders(world, statuses, min_items=max(2, n_records)) or self._own_orders(world, statuses, 2)
-        oid = pick(rng, pool)
+        pool = [o for o in self._own_orders(world, statuses) if len(self._order(world, o).items) == n_records]
+        oid = pick(rng, pool)  # none: DrawFailed, the family draws another world
         prices = [item.price for item in self._order(world, oid).items]
         answer = f"${round(float(sum(prices)), 2)}"
         spec = self._spec("question", oid, f"How much did I pay in total for the items in order {oid}?", None, "",
@@ -208,8 +221,9 @@ class Tau2RetailDomain(Tau2FamilyDomain):
         return self.make_request(world, spec, communicate=[answer], answer=answer, n_records=len(prices))
 
     def selection_request(self, world: Tau2FamilyWorld, rng: np.random.Generator, kind: str, n_constraints: int,
-                          n_distractors: int, style: str = "mixed") -> Request:
-        """Exchange / modify one item for the variant that meets the stated option constraints."""
+                          n_distractors: int | None = None, style: str = "mixed") -> Request:
+        """Exchange / modify one item for the variant that exactly ``n_constraints`` stated options single out;
+        the decoys are the other variants sharing the first one (``n_distractors`` is not varied here)."""
         if kind not in ("exchange", "modify_items"):
             raise ValueError(f"tau2-retail selection kinds are exchange, modify_items; got {kind!r}")
         oid = pick(rng, self._own_orders(world, _GOOD[kind]))
@@ -229,8 +243,8 @@ class Tau2RetailDomain(Tau2FamilyDomain):
                 break
             chosen.append(key)
             matching = [v for v in matching if product.variants[v].options.get(key) == options[key]]
-        if matching != [target]:
-            raise DrawFailed("the target variant is not unique under its options")
+        if matching != [target] or len(chosen) != n_constraints:
+            raise DrawFailed(f"no {n_constraints} options single out the target variant")
         first = chosen[0]
         decoys = [v for v in candidates if v != target and product.variants[v].options.get(first) == options[first]]
         decoys = decoys or [v for v in candidates if v != target]
@@ -246,8 +260,8 @@ class Tau2RetailDomain(Tau2FamilyDomain):
                           reads=[["get_product_details", {"product_id": item.product_id}]])
         spec["wrong"] = [tool, {**args, "new_item_ids": [wrong]}]
         self.require_gold(world, [tuple(spec["write"])])
-        return self.make_request(world, spec, target=target, decoys=decoys[:max(1, n_distractors)],
-                                 constraints=chosen, item_id=item.item_id, product_id=item.product_id)
+        return self.make_request(world, spec, target=target, decoys=decoys, constraints=chosen,
+                                 item_id=item.item_id, product_id=item.product_id)
 
     # -- policy checks on looked-up records ------------------------------------------------------
     def kinds(self, purpose: str) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.domains import Domain, Request, get_domain
 from trace_envs.domains.errors import DrawFailed
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
+from trace_envs.splits import split_of
 
 MAX_DRAWS = 200
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
@@ -127,6 +128,19 @@ class FamilyEnv(ToolUseEnv):
         self.domain_name = domain
         self.domain = get_domain(domain)
         self._hinted = False
+        self._split = "train"
+
+    def domain_setting(self, name: str, value: Any, default: Any) -> Any:
+        """The setting ``name`` as this env's domain realizes it: ``value`` (``None``: the family's ``default``),
+        or the domain's fixed value when it does not vary the setting; ``ValueError`` for an explicit value the
+        domain cannot honour."""
+        if value is None and name in self.domain.fixed_settings:
+            return self.domain.fixed_settings[name]
+        value = default if value is None else value
+        problem = self.domain.setting_problem(name, value)
+        if problem is not None:
+            raise ValueError(f"{self.capability}: {problem}")
+        return value
 
     def check_call(self, call: ToolCall) -> str | None:
         return self.domain.refuse_call(call.name, call.arguments)
@@ -145,7 +159,7 @@ class FamilyEnv(ToolUseEnv):
     def _new_episode(self, options: dict[str, Any] | None) -> FamilyEpisode:
         rng = self.np_random
         for _ in range(MAX_DRAWS):  # a world that cannot host the task is redrawn from the same rng
-            world = self.domain.new_world(rng)
+            world = self.domain.new_world(rng, split=self._split)
             try:
                 task = self.build_task(world, rng, options)
                 break
@@ -161,6 +175,8 @@ class FamilyEnv(ToolUseEnv):
         return episode
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None:  # an unseeded reset goes on in the split of the last seed
+            self._split = split_of(seed)
         obs, info = super().reset(seed=seed, options=options)
         info["hint"] = self.hint if self._hinted else None
         info["hint_capability"] = self.capability if self._hinted else None

@@ -31,18 +31,23 @@ ENFORCED_CASES = ("status",)  # refusal cases whose write the tools themselves r
 
 class PreconditionVerificationEnv(FamilyEnv):
     """Difficulty knobs: ``refuse_fraction`` (share of refusal cases), ``unenforced_share`` (share of
-    refusals whose failed precondition only the policy forbids, i.e. a write would succeed).
+    refusals whose failed precondition only the policy forbids, i.e. a write would succeed; default 0.7, and
+    1.0 only on a domain without a tool-enforced refusal case, e.g. tau2-airline).
     ``act_credit``: reward of an allowed case whose end state is wrong although the agent did call the
     gold write tool on the requested entity (it decided right and executed wrong); 0 keeps the reward
     binary in the decision's outcome, a small value gives the act-or-refuse decision its own signal."""
 
     capability = "precondition_verification"
 
-    def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5, unenforced_share: float = 0.7,
-                 act_credit: float = 0.0, max_steps: int = 30, max_errors: int = 5, render_mode: str | None = None):
+    def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5,
+                 unenforced_share: float | None = None, act_credit: float = 0.0, max_steps: int = 30,
+                 max_errors: int = 5, render_mode: str | None = None):
         super().__init__(domain=domain, max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         self.refuse_fraction = number("refuse_fraction", refuse_fraction)
-        self.unenforced_share = number("unenforced_share", unenforced_share)
+        if unenforced_share is not None:
+            unenforced_share = number("unenforced_share", unenforced_share)
+        # default 0.7; a domain whose refusals are all unenforced (tau2-airline) realizes 1.0 only
+        self.unenforced_share = self.domain_setting("unenforced_share", unenforced_share, 0.7)
         # below a bare refusal's 0.5
         self.act_credit = number("act_credit", act_credit, 0.0, 0.5, high_open=True)
         refusals = [c for c in self.domain.guard_cases if c != "allow"]

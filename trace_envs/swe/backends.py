@@ -2,8 +2,9 @@
 
 A backend owns one episode's sandbox: ``start(task)`` provisions a checkout of the task's base
 commit, ``run`` executes agent commands, the file methods serve the editor tool, ``diff`` is the
-submission, ``evaluate(patch)`` grades a patch *in a fresh checkout* (the hidden tests never enter the
-agent's workspace), ``close`` removes everything and ``sandbox_info()`` says what confines the agent.
+submission (decoded with ``surrogateescape``, so ``evaluate`` applies its exact bytes), ``evaluate(patch)``
+grades a patch *in a fresh checkout* (the hidden tests never enter the agent's workspace), ``close`` removes
+everything and ``sandbox_info()`` says what confines the agent.
 The ``docker`` backend lives in ``docker_backend.py`` and is picked by ``make_backend("auto")`` only
 when a daemon answers.
 """
@@ -11,13 +12,14 @@ when a daemon answers.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from trace_envs.swe import confinement
 from trace_envs.swe.grading import APPLY_PATCH_FAIL, TESTS_TIMEOUT, EvalResult, grade_log
-from trace_envs.swe.patches import eval_script, filter_patch
-from trace_envs.swe.sandbox import ExecResult, SandboxLimits, Workspace
+from trace_envs.swe.patches import eval_script, screen_patch
+from trace_envs.swe.sandbox import ExecResult, SandboxLimits, Workspace, patch_bytes
 from trace_envs.swe.store import PristineStore
 from trace_envs.swe.task import SWETask
 
@@ -57,6 +59,7 @@ class Backend(Protocol):
     def write_file(self, rel: str, text: str) -> None: ...
     def exists(self, rel: str) -> bool: ...
     def is_dir(self, rel: str) -> bool: ...
+    def file_size(self, rel: str) -> int: ...
     def list_dir(self, rel: str, depth: int = 2) -> list[str]: ...
     def diff(self) -> str: ...
     def evaluate(self, patch: str) -> EvalResult: ...
@@ -135,15 +138,29 @@ class LocalBackend:
     def is_dir(self, rel: str) -> bool:
         return self._abs(rel).is_dir()
 
-    def list_dir(self, rel: str, depth: int = 2) -> list[str]:
-        base = self._abs(rel)
-        out = []
-        for p in sorted(base.rglob("*")):
-            relp = p.relative_to(base)
-            if len(relp.parts) > depth or any(s.startswith(".") or s == "__pycache__" for s in relp.parts):
-                continue
-            out.append(str(relp) + ("/" if p.is_dir() else ""))
-        return out
+    def file_size(self, rel: str) -> int:
+        return self._regular(rel).stat().st_size
+
+    def list_dir(self, rel: str, depth: int = 2, limit: int = 10_000) -> list[str]:
+        """Entries ``depth`` levels deep (hidden ones and ``__pycache__`` left out), at most ``limit`` of them:
+        only those levels are walked, so a huge tree below costs nothing."""
+        out: list[str] = []
+        level = [(self._abs(rel), "")]
+        for _ in range(depth):
+            below = []
+            for directory, prefix in level:
+                try:
+                    entries = sorted(os.scandir(directory), key=lambda e: e.name)
+                except OSError:
+                    continue
+                for entry in entries:
+                    if entry.name.startswith(".") or entry.name == "__pycache__" or len(out) >= limit:
+                        continue
+                    out.append(prefix + entry.name + ("/" if entry.is_dir() else ""))
+                    if entry.is_dir(follow_symlinks=False):  # a link may lead out of the checkout
+                        below.append((Path(entry.path), prefix + entry.name + "/"))
+            level = below
+        return sorted(out, key=lambda p: PurePosixPath(p).parts)
 
     def diff(self) -> str:
         return self._ws().diff()
@@ -158,24 +175,10 @@ class LocalBackend:
                                max_processes=self.limits.max_processes, ro_paths=self.limits.ro_paths)
         ws = Workspace(task.repo_path, task.base_commit or None, limits, prefix="trace-swe-eval-", store=self.store)
         try:
-            model_patch = filter_patch(patch)
-            if model_patch.strip():
-                patch_file = ws.scratch / "model.patch"
-                patch_file.write_text(model_patch)
-                for cmd in GIT_APPLY_CMDS:
-                    res = ws.run(f"{cmd} {ws.inside(patch_file)}")
-                    if res.returncode == 0:
-                        break
-                    ws.run("git checkout -- . && git clean -fdq")
-                else:
-                    return grade_log(task.instance_id, f"{APPLY_PATCH_FAIL}:\n{res.output}",
-                                     task.fail_to_pass, task.pass_to_pass, patch)
-            script = ws.scratch / "eval.sh"
-            script.write_text(eval_script(ws.base_commit, task.test_patch, ws.workdir, task.test_cmd,
-                                          record_exit_code=True))
-            res = ws.run(f"bash {ws.inside(script)}")
-            text = res.output + (f"\n{TESTS_TIMEOUT}\n" if res.timed_out else "")
-            return grade_log(task.instance_id, text, task.fail_to_pass, task.pass_to_pass, patch)
+            screened = screen_patch(patch, lambda rel: _base_bytes(ws.root, rel))
+            result = _grade(ws, task, screened.patch, patch)
+            result.dropped = screened.dropped
+            return result
         finally:
             ws.close()
 
@@ -190,6 +193,34 @@ class LocalBackend:
         if self.ws is not None:
             self.ws.close()
             self.ws = None
+
+
+def _grade(ws: Workspace, task: SWETask, model_patch: str, patch: str) -> EvalResult:
+    """Apply the screened ``model_patch`` (its exact bytes) in ``ws``, run the hidden tests, grade ``patch``."""
+    if model_patch.strip():
+        patch_file = ws.scratch / "model.patch"
+        patch_file.write_bytes(patch_bytes(model_patch))
+        for cmd in GIT_APPLY_CMDS:
+            res = ws.run(f"{cmd} {ws.inside(patch_file)}")
+            if res.returncode == 0:
+                break
+            ws.run("git checkout -- . && git clean -fdq")
+        else:
+            return grade_log(task.instance_id, f"{APPLY_PATCH_FAIL}:\n{res.output}",
+                             task.fail_to_pass, task.pass_to_pass, patch)
+    script = ws.scratch / "eval.sh"
+    script.write_text(eval_script(ws.base_commit, task.test_patch, ws.workdir, task.test_cmd, record_exit_code=True))
+    res = ws.run(f"bash {ws.inside(script)}")
+    text = res.output + (f"\n{TESTS_TIMEOUT}\n" if res.timed_out else "")
+    return grade_log(task.instance_id, text, task.fail_to_pass, task.pass_to_pass, patch)
+
+
+def _base_bytes(root: Path, rel: str) -> bytes | None:
+    """The base commit's bytes of ``rel`` in a fresh checkout (None when absent, not a regular file, or outside)."""
+    target = (root / rel).resolve()
+    if root.resolve() not in target.parents or not target.is_file():
+        return None
+    return target.read_bytes()
 
 
 def make_backend(kind: str = "auto", limits: SandboxLimits | None = None, eval_timeout_s: float = 120.0,

@@ -5,6 +5,12 @@ driven with the ``docker`` CLI; grading calls swebench's own ``run_instance`` in
 with a unique ``run_id`` per rollout (swebench returns a cached ``report.json`` for a repeated
 ``(run_id, model, instance)``) inside a private working directory (its ``logs/`` are cwd-relative).
 swebench 5.x and 4.x signatures are both handled. Nothing here imports swebench at module import.
+
+The agent's container gets the local backend's limits (``--memory``, ``--pids-limit``); command output is read
+through the same bounded head/tail capture as the local sandbox's, so a flooding command costs the host no
+memory. The submission is screened with the base commit's ``setup.cfg``/``pyproject.toml`` read from a fresh
+container of the image. swebench takes the patch as text: bytes of it that are not UTF-8 reach it as U+FFFD
+(a fix next to such bytes does not apply there, as in swebench itself).
 """
 
 from __future__ import annotations
@@ -18,19 +24,29 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from trace_envs.swe.grading import EvalResult, TestsReport, grade_log
-from trace_envs.swe.patches import filter_patch
-from trace_envs.swe.sandbox import DiffError, ExecResult, SandboxLimits, diff_command, truncate_output
+from trace_envs.swe.patches import screen_patch
+from trace_envs.swe.sandbox import (
+    DiffError,
+    ExecResult,
+    OutputCapture,
+    SandboxLimits,
+    diff_command,
+    drain,
+    patch_text,
+)
 from trace_envs.swe.task import SWETask
 
 WORKDIR = "/testbed"
 MODEL_NAME = "trace-rl"
 _CWD_LOCK = threading.Lock()
+MAX_READ_BYTES = 50_000_000  # a file read or diff longer than this is refused, not held in host memory
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,8 +67,14 @@ def instance_image(task: SWETask, namespace: str = "swebench") -> str:
     return f"{namespace}/sweb.eval.x86_64.{task.instance_id}:latest".lower().replace("__", "_1776_")
 
 
-def docker_run_argv(image: str, name: str, network: bool) -> list[str]:
+def docker_run_argv(image: str, name: str, network: bool, memory_mb: int | None = None,
+                    max_processes: int | None = None) -> list[str]:
+    """``docker run`` of the agent's container (idle ``tail``), with the sandbox's memory and process limits."""
     argv = ["docker", "run", "-d", "--name", name, "-w", WORKDIR]
+    if memory_mb is not None:
+        argv += ["--memory", f"{memory_mb}m", "--memory-swap", f"{memory_mb}m"]
+    if max_processes is not None:
+        argv += ["--pids-limit", str(max_processes)]
     if not network:
         argv += ["--network", "none"]
     return [*argv, image, "tail", "-f", "/dev/null"]
@@ -63,6 +85,50 @@ def docker_exec_argv(container: str, cmd: str, timeout_s: float, interactive: bo
     """``docker exec`` of ``bash -lc cmd`` (``bash -c`` unless ``login``) killed in-container after ``timeout_s``."""
     inner = f"timeout -s KILL {max(1, int(timeout_s))} bash -{'l' if login else ''}c {shlex.quote(cmd)}"
     return ["docker", "exec", *(["-i"] if interactive else []), "-w", WORKDIR, container, "bash", "-c", inner]
+
+
+@dataclass
+class BoundedRun:
+    """A finished CLI call: exit status, bounded captures of its output, whether the host had to kill it."""
+
+    returncode: int
+    stdout: OutputCapture
+    stderr: OutputCapture
+    killed_on_host: bool
+
+
+def run_bounded(argv: list[str], timeout_s: float, cap: int, input_bytes: bytes | None = None,
+                merge_stderr: bool = True) -> BoundedRun:
+    """Run ``argv`` reading its output through :class:`OutputCapture` (``cap`` bytes of head and of tail, never all
+    of it); killed after ``timeout_s``."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE)
+    out, err = OutputCapture(cap), OutputCapture(cap)
+    threads = [threading.Thread(target=drain, args=(proc.stdout, out), daemon=True)]
+    if not merge_stderr:
+        threads.append(threading.Thread(target=drain, args=(proc.stderr, err), daemon=True))
+    if input_bytes is not None:
+        threads.append(threading.Thread(target=_feed, args=(proc.stdin, input_bytes), daemon=True))
+    for t in threads:
+        t.start()
+    killed = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        killed = True
+    for t in threads:
+        t.join(timeout=5)
+    return BoundedRun(proc.returncode, out, err, killed)
+
+
+def _feed(stream, data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.close()
+    except (BrokenPipeError, OSError):  # the command exited without reading it all
+        pass
 
 
 @dataclass
@@ -159,8 +225,8 @@ class DockerBackend:
         self.close()
         self.task = task
         name = f"trace-swe-{uuid.uuid4().hex[:12]}"
-        res = subprocess.run(docker_run_argv(instance_image(task), name, self.limits.network),
-                             capture_output=True, text=True, timeout=600)
+        res = subprocess.run(docker_run_argv(instance_image(task), name, self.limits.network, self.limits.memory_mb,
+                                             self.limits.max_processes), capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise RuntimeError(f"docker run failed for {task.instance_id}: {res.stderr.strip()}")
         self.container = name
@@ -170,13 +236,13 @@ class DockerBackend:
             raise RuntimeError("backend not started")
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
         argv = docker_exec_argv(self.container, cmd, timeout, interactive=input_text is not None)
-        try:
-            res = subprocess.run(argv, capture_output=True, input=(input_text or "").encode() if input_text is not None
-                                 else None, timeout=timeout + 30)
-        except subprocess.TimeoutExpired:
-            return ExecResult("", -9, True)
-        text = (res.stdout + res.stderr).decode("utf-8", errors="replace")
-        return ExecResult(truncate_output(text, self.limits.max_output_chars), res.returncode, res.returncode == 137)
+        limit = self.limits.max_output_chars
+        started = time.monotonic()
+        res = run_bounded(argv, timeout + 30, 4 * limit,
+                          input_text.encode("utf-8") if input_text is not None else None)
+        # `timeout -s KILL` exits 137 at the deadline; so does a command the kernel killed (e.g. for memory)
+        timed_out = res.killed_on_host or (res.returncode in (124, 137) and time.monotonic() - started >= timeout)
+        return ExecResult(res.stdout.text(limit), -9 if res.killed_on_host else res.returncode, timed_out)
 
     def _exec_bytes(self, cmd: str) -> tuple[int, bytes, str]:
         """``(returncode, stdout, stderr)`` of ``cmd``: stdout whole (never truncated), stderr apart; no login shell
@@ -184,20 +250,25 @@ class DockerBackend:
         if self.container is None:
             raise RuntimeError("backend not started")
         timeout = self.limits.timeout_s
-        try:
-            res = subprocess.run(docker_exec_argv(self.container, cmd, timeout, login=False), capture_output=True,
-                                 timeout=timeout + 30)
-        except subprocess.TimeoutExpired:
+        res = run_bounded(docker_exec_argv(self.container, cmd, timeout, login=False), timeout + 30, MAX_READ_BYTES,
+                          merge_stderr=False)
+        if res.killed_on_host:
             return -9, b"", f"timed out after {timeout:g}s"
-        return res.returncode, res.stdout, res.stderr.decode("utf-8", errors="replace").strip()[-2000:]
+        err = res.stderr.text(4000).strip()[-2000:]
+        out = res.stdout.data()
+        if out is None:
+            return -8, b"", f"the output is over {MAX_READ_BYTES} bytes; refusing to hold it"
+        return res.returncode, out, err
 
     def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
         return self._exec(cmd, timeout_s)
 
     def sandbox_info(self) -> dict:
-        """The container is the confinement (Docker's namespaces); network per the limits."""
+        """The container is the confinement (Docker's namespaces); network, memory and processes per the limits."""
         return {"backend": "docker", "container": True, "network_namespace": not self.limits.network,
                 "network": "host (allowed by config)" if self.limits.network else "none (--network none)",
+                "memory_limit": f"{self.limits.memory_mb} MB (--memory, no swap)",
+                "process_limit": f"{self.limits.max_processes} processes (--pids-limit)",
                 "unavailable": [], "errors": {}}
 
     def _read_bytes(self, rel: str) -> bytes:
@@ -232,6 +303,12 @@ class DockerBackend:
     def is_dir(self, rel: str) -> bool:
         return self._exec(f"test -d {shlex.quote(rel or '.')}").returncode == 0
 
+    def file_size(self, rel: str) -> int:
+        res = self._exec(f"stat -L -c %s -- {shlex.quote(rel)}")
+        if res.returncode != 0 or not res.output.strip().isdigit():
+            raise FileNotFoundError(f"{rel}: {res.output.strip()[-500:]}")
+        return int(res.output.strip())
+
     def list_dir(self, rel: str, depth: int = 2) -> list[str]:
         res = self._exec(f"cd {shlex.quote(rel or '.')} && find . -mindepth 1 -maxdepth {depth} -not -path '*/.*'")
         return sorted(line[2:] for line in res.output.splitlines() if line.startswith("./"))
@@ -242,14 +319,25 @@ class DockerBackend:
         rc, out, err = self._exec_bytes(diff_command(self.task.base_commit))
         if rc != 0:
             raise DiffError(f"could not diff the workspace (exit {rc}): {err}")
-        return out.decode("utf-8", errors="replace")
+        return out.decode("utf-8", errors="surrogateescape")
+
+    def base_file(self, rel: str) -> bytes | None:
+        """``rel`` as the instance image holds it (the base commit), read in a fresh container; None if absent."""
+        assert self.task is not None
+        argv = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "cat", instance_image(self.task),
+                "--", f"{WORKDIR}/{rel}"]
+        res = run_bounded(argv, 600, MAX_READ_BYTES, merge_stderr=False)
+        return None if res.killed_on_host or res.returncode != 0 else res.stdout.data()
 
     def evaluate(self, patch: str) -> EvalResult:
         assert self.task is not None
+        screened = screen_patch(patch, self.base_file)
         make_test_spec, run_instance, client_factory = swebench_harness()
-        call = build_harness_call(self.task, filter_patch(patch), f"trace-{uuid.uuid4().hex}",
+        call = build_harness_call(self.task, patch_text(screened.patch), f"trace-{uuid.uuid4().hex}",
                                   int(self.eval_timeout_s), client_factory(), make_test_spec, run_instance)
-        return run_harness(call, run_instance, self.task, patch)
+        result = run_harness(call, run_instance, self.task, patch)
+        result.dropped = screened.dropped
+        return result
 
     def close(self) -> None:
         if self.container is not None:

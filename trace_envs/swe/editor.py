@@ -6,6 +6,10 @@ overwrite; ``str_replace`` needs ``old_str`` to occur exactly once; ``insert`` p
 line ``insert_line`` (0 = top); ``undo_edit`` reverts the last edit of that file. Paths are relative to
 the repository root (``/testbed/...`` is accepted too); a path that resolves (symlinks followed) outside
 the repository is refused, for reading and writing alike. Errors raise ``ToolError``.
+
+The editor runs on the host, outside the sandbox's memory limit: it refuses files over ``MAX_EDIT_BYTES``
+(bash's ``sed``/``grep`` work on those), numbers only the lines it shows, and caps every observation, error
+messages included, at the sandbox's ``max_output_chars`` (as bash output is capped).
 """
 
 from __future__ import annotations
@@ -15,21 +19,51 @@ from typing import Any
 
 from trace_envs.core.tools import ToolError
 from trace_envs.swe.backends import Backend, repo_relative
+from trace_envs.swe.sandbox import SandboxLimits, truncate_output
 
 SNIPPET_CONTEXT = 4
-MAX_VIEW_CHARS = 16_000
+MAX_VIEW_CHARS = 16_000  # upper bound of one view; the observation cap (max_output_chars) may be lower
+MAX_EDIT_BYTES = 2_000_000
+MAX_LISTED_MATCHES = 20
+CLIPPED = "\n<response clipped; use view_range to see the rest>"
 
 
 def numbered(text: str, start: int = 1) -> str:
     return "\n".join(f"{i:6d}\t{line}" for i, line in enumerate(text.split("\n"), start))
 
 
+def numbered_range(text: str, start: int, end: int, budget: int) -> str:
+    """Lines ``start..end`` (1-based, inclusive) of ``text`` numbered like ``cat -n``, clipped at ``budget`` chars;
+    only the lines shown are split out and numbered."""
+    pos = 0
+    for _ in range(start - 1):
+        pos = text.index("\n", pos) + 1
+    out: list[str] = []
+    size = 0
+    for number in range(start, end + 1):
+        stop = text.find("\n", pos)
+        line = text[pos:] if stop < 0 else text[pos:stop]
+        entry = f"{number:6d}\t{line}"
+        if size + len(entry) + 1 > budget:
+            out.append(entry[:max(0, budget - size)])
+            return "\n".join(out) + CLIPPED
+        out.append(entry)
+        size += len(entry) + 1
+        if stop < 0:
+            break
+        pos = stop + 1
+    return "\n".join(out)
+
+
 class Editor:
     """The editor state of one episode (the undo history lives here)."""
 
-    def __init__(self, backend: Backend):
+    def __init__(self, backend: Backend, max_chars: int | None = None):
         self.backend = backend
         self.history: dict[str, list[str]] = {}
+        limits = getattr(backend, "limits", None)
+        self.max_chars = max_chars or (limits.max_output_chars if isinstance(limits, SandboxLimits)
+                                       else SandboxLimits().max_output_chars)
 
     def __call__(self, command: str, path: str, file_text: str | None = None, old_str: str | None = None,
                  new_str: str | None = None, insert_line: int | None = None,
@@ -42,17 +76,24 @@ class Editor:
                     "str_replace": lambda: self.str_replace(rel, old_str, new_str),
                     "insert": lambda: self.insert(rel, insert_line, new_str), "undo_edit": lambda: self.undo(rel)}
         if command not in handlers:
-            raise ToolError(f"unknown command {command!r}; use one of {', '.join(handlers)}")
+            raise ToolError(truncate_output(f"unknown command {command!r}; use one of {', '.join(handlers)}",
+                                            self.max_chars))
         try:
-            return handlers[command]()
+            return truncate_output(handlers[command](), self.max_chars)
+        except ToolError as exc:
+            raise ToolError(truncate_output(str(exc), self.max_chars)) from None
         except (ValueError, OSError) as exc:  # e.g. a path that resolves outside the repository
-            raise ToolError(str(exc)) from None
+            raise ToolError(truncate_output(str(exc), self.max_chars)) from None
 
     def _read(self, rel: str) -> str:
         if not rel or not self.backend.exists(rel):
             raise ToolError(f"the path {rel or '.'} does not exist")
         if self.backend.is_dir(rel):
             raise ToolError(f"{rel} is a directory; only `view` works on directories")
+        size = self.backend.file_size(rel)
+        if size > MAX_EDIT_BYTES:
+            raise ToolError(f"{rel} is {size} bytes; the editor handles files up to {MAX_EDIT_BYTES} bytes: read or "
+                            "edit it with bash (e.g. `sed -n '100,200p'`, `grep -n`, `sed -i`)")
         return self.backend.read_file(rel)
 
     def _write(self, rel: str, new: str, old: str | None) -> None:
@@ -65,20 +106,21 @@ class Editor:
                 raise ToolError("view_range is not allowed for a directory")
             listing = self.backend.list_dir(rel, depth=2)
             return f"Files and directories in {rel or '.'} (2 levels, hidden items excluded):\n" + "\n".join(listing)
+        if view_range is not None and (len(view_range) != 2 or not all(isinstance(v, int)
+                                                                        and not isinstance(v, bool)
+                                                                        for v in view_range)):
+            raise ToolError("view_range must be two integers [start, end]")
         text = self._read(rel)
-        lines = text.split("\n")
-        start, end = 1, len(lines)
+        n_lines = text.count("\n") + 1
+        start, end = 1, n_lines
         if view_range is not None:
-            if len(view_range) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in view_range):
-                raise ToolError("view_range must be two integers [start, end]")
             start, end = view_range
-            end = len(lines) if end == -1 else end
-            if not 1 <= start <= len(lines) or end < start or end > len(lines):
-                raise ToolError(f"invalid view_range {view_range}; the file has {len(lines)} lines")
-        body = numbered("\n".join(lines[start - 1:end]), start)
-        if len(body) > MAX_VIEW_CHARS:
-            body = body[:MAX_VIEW_CHARS] + "\n<response clipped; use view_range to see the rest>"
-        return f"Here's the result of running `cat -n` on {rel}:\n{body}"
+            end = n_lines if end == -1 else end
+            if not 1 <= start <= n_lines or end < start or end > n_lines:
+                raise ToolError(f"invalid view_range {view_range}; the file has {n_lines} lines")
+        head = f"Here's the result of running `cat -n` on {rel}:\n"
+        budget = min(MAX_VIEW_CHARS, self.max_chars - len(head) - len(CLIPPED))
+        return head + numbered_range(text, start, end, budget)
 
     def create(self, rel: str, file_text: str | None) -> str:
         if file_text is None:
@@ -100,8 +142,11 @@ class Editor:
         if count == 0:
             raise ToolError(f"no replacement was performed: old_str did not appear verbatim in {rel}")
         if count > 1:
-            lines = [i + 1 for i, line in enumerate(text.split("\n")) if old_str.split("\n")[0] in line]
-            raise ToolError(f"no replacement was performed: old_str occurs {count} times (lines {lines}); "
+            first = old_str.split("\n")[0]
+            lines = [i + 1 for i, line in enumerate(text.split("\n")) if first in line]
+            shown = ", ".join(map(str, lines[:MAX_LISTED_MATCHES]))
+            more = f", ... {len(lines) - MAX_LISTED_MATCHES} more" if len(lines) > MAX_LISTED_MATCHES else ""
+            raise ToolError(f"no replacement was performed: old_str occurs {count} times (lines {shown}{more}); "
                             "make it unique")
         new = text.replace(old_str, new_str or "")
         self._write(rel, new, text)

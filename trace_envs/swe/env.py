@@ -4,10 +4,11 @@ Tools: ``bash`` (one ``bash -c`` per call, cwd = repository root, time-limited),
 and ``submit``. The submission is the diff of the working tree against the base commit after
 ``git add -A``, with test files dropped; it is graded in a fresh sandbox with the hidden tests
 (FAIL_TO_PASS and PASS_TO_PASS). Reward 1 iff resolved (every F2P and P2P test passes); the
-per-test breakdown is in ``info["eval"]``. With ``mode="localize"`` (or ``"localize+verify"``)
-``submit`` takes ``files`` / ``functions`` and the reward is localization F1 (or the test verdict,
-with F1 in ``info``). Tasks: ``dataset="local"`` (the built-in local task set), a JSON/JSONL file, a
-swebench task repo, or a Hugging Face dataset name.
+per-test breakdown is in ``info["eval"]``, with the refused chunks of the submission in its
+``dropped_chunks``; ``info["patch"]`` shows the submission as text (graded are its exact bytes).
+With ``mode="localize"`` (or ``"localize+verify"``) ``submit`` takes ``files`` / ``functions`` and the
+reward is localization F1 (or the test verdict, with F1 in ``info``). Tasks: ``dataset="local"`` (the
+built-in local task set), a JSON/JSONL file, a swebench task repo, or a Hugging Face dataset name.
 
 Every episode works on its own checkout of a pristine copy of the task's tree (``store.py``), and
 ``info["sandbox"]`` at reset says what confines the agent's commands (``confinement.py``). The
@@ -34,7 +35,7 @@ from trace_envs.swe.editor import Editor, editor_parameters
 from trace_envs.swe.grading import EvalResult, TestsReport
 from trace_envs.swe.localization import score_localization
 from trace_envs.swe.patches import files_in_patch
-from trace_envs.swe.sandbox import DiffError, SandboxLimits
+from trace_envs.swe.sandbox import DiffError, SandboxLimits, patch_text
 from trace_envs.swe.store import PristineStore
 from trace_envs.swe.task import SWETask, load_tasks
 
@@ -155,7 +156,7 @@ class SWEEpisode(Episode):
             result = EvalResult(self.task.instance_id, False, False, False, failed, {}, error=f"no submission: {exc}")
         else:
             result = self.backend.evaluate(patch)
-        info.update(patch=patch, eval=result.summary(), resolved=result.resolved)
+        info.update(patch=patch_text(patch), eval=result.summary(), resolved=result.resolved)
         breakdown.update(resolved=float(result.resolved), f2p_rate=result.summary()["f2p_rate"],
                          p2p_rate=result.summary()["p2p_rate"])
         return Score(reward=float(result.resolved), success=result.resolved, breakdown=breakdown, info=info)

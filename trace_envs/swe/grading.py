@@ -8,6 +8,9 @@ A log is what an eval script prints: anything, then ``>>>>> Start Test Output``,
   markers -> no results, not applied;
 * no parsed results -> no results (``pytest -rA`` reports every test it ran);
 * a non-zero recorded exit code while the log reports no FAILED/ERROR -> no results (anti-spoofing);
+* a start, end or exit-code marker line printed more than once -> no results (anti-spoofing: code under test
+  can write to the eval script's own stdout, e.g. through ``/proc/$PPID/fd/1``, before or after pytest's
+  summary; swebench would read the first exit code and slice at the first end marker);
 * a test reported with two different statuses counts as FAILED (anti-spoofing; swebench keeps the last line);
 * F2P succeeds iff PASSED or XFAIL; fails iff FAILED, ERROR, SKIPPED or absent;
 * P2P is maintained iff PASSED, XFAIL or SKIPPED; fails iff FAILED, ERROR or absent;
@@ -31,6 +34,7 @@ BAD_MARKERS = (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)
 STATUSES = ("FAILED", "PASSED", "SKIPPED", "ERROR", "XFAIL")
 _PASSING = ("PASSED", "XFAIL")
 _EXIT_RE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
+_EXIT_LINE = re.compile(rf"^{re.escape(TEST_EXIT_CODE)}:\s*-?\d+\s*$", re.M)
 _SKIP_COUNT = re.compile(r"^\[\d+\]$")
 
 
@@ -69,11 +73,21 @@ def exit_code_of(log: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def repeated_markers(log: str) -> list[str]:
+    """Marker lines the log holds more than once (the eval script prints each once; ``set -x`` trace lines, which
+    start with ``+``, do not count)."""
+    lines = [line.rstrip() for line in log.split("\n")]
+    repeated = [m for m in (START_TEST_OUTPUT, END_TEST_OUTPUT) if lines.count(m) > 1]
+    if len(_EXIT_LINE.findall(log)) > 1:
+        repeated.append(TEST_EXIT_CODE)
+    return repeated
+
+
 def status_map_from_log(log: str) -> tuple[dict[str, str], bool]:
     """``(status_map, found)``; ``found`` is False when the log cannot be trusted (see module doc)."""
     if any(marker in log for marker in BAD_MARKERS):
         return {}, False
-    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
+    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log or repeated_markers(log):
         return {}, False
     sliced = log.split(START_TEST_OUTPUT)[1].split(END_TEST_OUTPUT)[0]
     status_map = parse_pytest_log(sliced) or parse_pytest_log(log)
@@ -164,6 +178,7 @@ class EvalResult:
     status_map: dict[str, str]
     log: str = ""
     error: str = ""
+    dropped: list[str] = field(default_factory=list)  # chunks of the submission refused before grading
 
     def as_swebench(self) -> dict[str, Any]:
         """The ``{instance_id: {...}}`` dict ``swebench.harness.grading.get_eval_report`` returns."""
@@ -189,6 +204,7 @@ class EvalResult:
             "tests_status": self.report.as_swebench(),
             "status_map": dict(self.status_map),
             "error": self.error,
+            "dropped_chunks": list(self.dropped),
         }
 
 

@@ -104,11 +104,25 @@ def truncate_output(text: str, limit: int) -> str:
     return f"{text[:half]}\n... [{len(text) - 2 * half} characters elided] ...\n{text[-half:]}"
 
 
+def patch_bytes(patch: str) -> bytes:
+    """The bytes of a patch read with ``surrogateescape`` (a diff of files that are not UTF-8 stays exact)."""
+    return patch.encode("utf-8", "surrogateescape")
+
+
+def patch_text(patch: str) -> str:
+    """A patch as plain text for display and logs (bytes that are not UTF-8 shown as U+FFFD)."""
+    return patch_bytes(patch).decode("utf-8", "replace")
+
+
 def sandbox_env(home: Path | str) -> dict[str, str]:
-    """A minimal environment: interpreter dir first on PATH, private HOME, nothing secret."""
+    """A minimal environment: interpreter dir first on PATH, private HOME, nothing secret.
+
+    pytest plugin autoloading stays on, as in the swebench harness (a repo's configuration may need an installed
+    plugin); what a patch could add to be autoloaded is refused by ``patches.is_protected_path``.
+    """
     return {
         **conf.base_env(Path(home)),
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
         "GIT_CONFIG_NOSYSTEM": "1", "PAGER": "cat", "GIT_PAGER": "cat", **GIT_IDENTITY,
     }
 
@@ -122,7 +136,7 @@ def _limit_child(limits: SandboxLimits, timeout_s: float) -> None:  # runs in th
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
 
 
-class _Capture:
+class OutputCapture:
     """Head and tail of a byte stream (bounded memory however much a command prints)."""
 
     def __init__(self, cap: int):
@@ -143,14 +157,20 @@ class _Capture:
             while self.tail_len - len(self.tail[0]) >= self.cap:
                 self.tail_len -= len(self.tail.popleft())
 
-    def text(self, limit: int) -> str:
+    def data(self) -> bytes | None:
+        """Everything fed, when it fits in the head (``cap`` bytes); None when some of it was not kept."""
+        return bytes(self.head) if self.total <= self.cap else None
+
+    def text(self, limit: int, errors: str = "replace") -> str:
+        """The captured output decoded (``errors="surrogateescape"`` keeps every byte), cut to ``limit`` chars."""
         tail = b"".join(self.tail)
         dropped = self.total - len(self.head) - len(tail)
         gap = f"\n... [{dropped} bytes elided] ...\n" if dropped else ""
-        return truncate_output(self.head.decode("utf-8", "replace") + gap + tail.decode("utf-8", "replace"), limit)
+        return truncate_output(self.head.decode("utf-8", errors) + gap + tail.decode("utf-8", errors), limit)
 
 
-def _drain(stream, capture: _Capture) -> None:
+def drain(stream, capture: OutputCapture) -> None:
+    """Feed everything ``stream`` yields into ``capture`` (a reader thread's loop)."""
     while chunk := stream.read1(65536):
         capture.feed(chunk)
 
@@ -185,10 +205,11 @@ class _exit_waiter:  # noqa: N801 - used like a function
 
 def execute(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimits, timeout_s: float, token: str,
             scan: bool, merge_stderr: bool = True, max_chars: int | None = None,
-            pass_fds: tuple[int, ...] = ()) -> ExecResult:
+            pass_fds: tuple[int, ...] = (), errors: str = "replace") -> ExecResult:
     """Run ``argv`` under ``limits``: time, total memory and process count watched; all its processes killed at the end.
 
-    ``scan``: also find the command's processes by ``token`` in their environment (no PID namespace).
+    ``scan``: also find the command's processes by ``token`` in their environment (no PID namespace);
+    ``errors``: how the output is decoded (``surrogateescape`` keeps bytes that are not UTF-8).
     """
     limit = max_chars or limits.max_output_chars
     proc = subprocess.Popen(
@@ -197,10 +218,10 @@ def execute(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimi
         preexec_fn=lambda: _limit_child(limits, timeout_s), pass_fds=pass_fds,
     )
     group = conf.SandboxProcesses(proc.pid, token, scan)
-    out, err = _Capture(4 * limit), _Capture(4 * limit)
-    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True)]
+    out, err = OutputCapture(4 * limit), OutputCapture(4 * limit)
+    readers = [threading.Thread(target=drain, args=(proc.stdout, out), daemon=True)]
     if not merge_stderr:
-        readers.append(threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True))
+        readers.append(threading.Thread(target=drain, args=(proc.stderr, err), daemon=True))
     for t in readers:
         t.start()
     deadline = time.monotonic() + timeout_s
@@ -226,7 +247,7 @@ def execute(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimi
     exited.close()
     for t in readers:
         t.join(timeout=5)
-    text = out.text(limit)
+    text = out.text(limit, errors)
     if killed:
         text += f"\n[sandbox] the command was killed: {killed}\n"
     return ExecResult(text, proc.returncode, timed_out, killed.split(":")[0] if killed else None,
@@ -299,7 +320,7 @@ class Workspace:
         raise ValueError(f"{path} is not visible inside the sandbox")
 
     def run(self, cmd: str, timeout_s: float | None = None, merge_stderr: bool = True,
-            max_chars: int | None = None) -> ExecResult:
+            max_chars: int | None = None, errors: str = "replace") -> ExecResult:
         """``bash -c cmd`` in the workspace, confined as far as this machine allows (``self.report``)."""
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
         a = self.avail
@@ -313,7 +334,7 @@ class Workspace:
             spec["status_fd"] = w
             res = execute(conf.launcher_argv(spec, ["bash", "-c", cmd]), self.root, self.env, self.limits, timeout,
                           self.token, scan=not a.pid_namespace, merge_stderr=merge_stderr, max_chars=max_chars,
-                          pass_fds=(w,))
+                          pass_fds=(w,), errors=errors)
             os.close(w)
             w = -1
             status = conf.read_all(r)
@@ -326,12 +347,14 @@ class Workspace:
         return res
 
     def diff(self) -> str:
-        """Everything changed since the base commit, new files included (``git add -A`` + cached diff).
+        """Everything changed since the base commit, new files included (``git add -A`` + cached diff), decoded
+        with ``surrogateescape`` (:func:`patch_bytes` gives back its exact bytes).
 
         Runs inside the sandbox: the agent controls ``.git/config`` and ``.gitattributes`` (fsmonitor,
         filters), which must never run commands on the host.
         """
-        res = self.run(diff_command(self.base_commit), merge_stderr=False, max_chars=50_000_000)
+        res = self.run(diff_command(self.base_commit), merge_stderr=False, max_chars=50_000_000,
+                       errors="surrogateescape")
         if res.returncode != 0 or res.timed_out or res.killed:
             raise DiffError(f"could not diff the workspace (exit {res.returncode}): {res.stderr.strip()[-2000:]}")
         return res.output

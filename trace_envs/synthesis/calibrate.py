@@ -25,6 +25,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from trace_envs.domains import get_domain
 from trace_envs.episode import ScriptedPolicy, play_scripted
 from trace_envs.families import FAMILIES, FamilyExpert
 from trace_envs.hints import hinted_count
@@ -256,6 +257,31 @@ def family_env_id(capability: str) -> str:
     return f"trace/{capability}-v0"
 
 
+def domain_ladder(capability: str, domain: str, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``candidates`` as ``domain`` honours them (``Domain.fixed_settings`` / ``setting_ranges``): a setting the
+    domain does not vary is left out of every candidate, a candidate with a value outside the domain's range is
+    skipped, and a candidate equal to an earlier one is tried once. Each change is logged; ``ValueError`` when
+    no candidate is left."""
+    honoured = get_domain(domain)
+    ladder: list[dict[str, Any]] = []
+    for knobs in candidates:
+        kept = {k: v for k, v in knobs.items() if k not in honoured.fixed_settings}
+        if kept != knobs:
+            logger.info("calibrate %s on %s: %s left out of %s (the domain does not vary them)", capability, domain,
+                        sorted(set(knobs) - set(kept)), knobs)
+        problems = [p for k, v in kept.items() if (p := honoured.setting_problem(k, v)) is not None]
+        if problems:
+            logger.info("calibrate %s on %s: candidate %s skipped: %s", capability, domain, knobs, "; ".join(problems))
+        elif kept in ladder:
+            logger.info("calibrate %s on %s: candidate %s is %s again there; tried once", capability, domain, knobs,
+                        kept)
+        else:
+            ladder.append(kept)
+    if not ladder:
+        raise ValueError(f"no calibration candidate for {capability} is honoured by domain {domain!r}: {candidates}")
+    return ladder
+
+
 def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFactory | None = None,
                  on_trial: Callable[[Trial], None] | None = None, collector: Collector | None = None
                  ) -> SearchResult:
@@ -266,7 +292,7 @@ def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFa
     if collector is None:
         collector = scripted_collector(policy_factory) if policy_factory else expert_collector(cfg)
     env_id = family_env_id(capability)
-    candidates = cfg.search.ladder(capability, cfg.domain)
+    candidates = domain_ladder(capability, cfg.domain, cfg.search.ladder(capability, cfg.domain))
     trials: list[Trial] = []
     for knobs in candidates[: cfg.search.max_trials]:
         stats = calibrate_env(env_id, {"domain": cfg.domain, **knobs}, collector, cfg)

@@ -9,12 +9,16 @@ NL_ASSERTION (retail at upstream HEAD): with a judge endpoint configured, tau2's
 against it (``EvaluationType.ALL_WITH_NL_ASSERTIONS``); without one, the task is evaluated with the
 NL_ASSERTION component replaced by COMMUNICATE (DB + COMMUNICATE, the original τ² basis) and the
 info says so (``nl_assertions: "skipped_no_judge"``), as tau2.md §7a advises.
+
+A transcript tau2 cannot replay (its ``Environment.set_state`` raises ``ValueError``) scores 0, with the reason
+in ``info["scoring_error"]`` and a logged warning, rather than raising from ``step()``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +28,7 @@ from trace_envs.core.tool_env import Score
 from trace_envs.tau2.runtime import evaluation_domain
 from trace_envs.tau2.users import TRANSFER
 
+logger = logging.getLogger(__name__)
 _JUDGE_LOCK = threading.Lock()
 _TERMINATIONS = {"user_stop": "user_stop", "transfer": "user_stop", "agent_stop": "agent_stop"}
 
@@ -121,18 +126,24 @@ def evaluate_transcript(task: Any, domain: str, transcript: list[dict[str, Any]]
 
     reason = TerminationReason(_TERMINATIONS.get(termination, "agent_error"))
     now = _dt.datetime.now().isoformat()
-    run = SimulationRun(id=run_id, task_id=str(task.id), start_time=now, end_time=now, duration=0.0,
-                        termination_reason=reason,
-                        messages=to_tau2_messages(transcript, transferred=termination == "transfer"))
     eval_domain = evaluation_domain(domain)
     nl_status = "not_in_basis"
-    if judge is not None and _basis_without_nl(task)[1]:
-        reward_info = _evaluate_with_judge(run, task, eval_domain, judge)
-        nl_status = "judged"
-    else:
-        eval_task, replaced = _basis_without_nl(task)
-        reward_info = evaluate_simulation(run, eval_task, EvaluationType.ALL, solo_mode=False, domain=eval_domain)
-        nl_status = "skipped_no_judge" if replaced else nl_status
+    try:
+        run = SimulationRun(id=run_id, task_id=str(task.id), start_time=now, end_time=now, duration=0.0,
+                            termination_reason=reason,
+                            messages=to_tau2_messages(transcript, transferred=termination == "transfer"))
+        if judge is not None and _basis_without_nl(task)[1]:
+            reward_info = _evaluate_with_judge(run, task, eval_domain, judge)
+            nl_status = "judged"
+        else:
+            eval_task, replaced = _basis_without_nl(task)
+            reward_info = evaluate_simulation(run, eval_task, EvaluationType.ALL, solo_mode=False,
+                                              domain=eval_domain)
+            nl_status = "skipped_no_judge" if replaced else nl_status
+    except ValueError as exc:  # tau2's replay (set_state) or its message models refuse the transcript
+        note = f"{type(exc).__name__}: {str(exc)[:1000]}"
+        logger.warning("τ² run %s cannot be scored, reward 0: %s", run_id, note)
+        return Score(reward=0.0, success=False, info={"scoring_error": note, "tau2_termination": reason.value})
     breakdown = {str(getattr(k, "value", k)).lower(): float(v) for k, v in (reward_info.reward_breakdown or {}).items()}
     reward = float(reward_info.reward)
     info = {

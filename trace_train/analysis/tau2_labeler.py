@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from trace_envs.core.communication import dollar_amounts
+from trace_envs.core.communication import amounts_told, answer_amounts
 from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Label
 from trace_train.analysis.messages import ToolCall, assistant_texts, tool_calls
@@ -217,13 +217,13 @@ def _exact_args(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stated_wrong_value(record: TrajectoryRecord, request: dict[str, Any]) -> bool:
-    """Whether the agent's answer to a question is a wrong amount: the last assistant text stating an amount (the
-    answer, whether or not it repeats the record's id; earlier texts may list the parts of a total) states no
-    amount equal to the right one. No amount stated at all is not a wrong value."""
-    want = float(str(request["answer"]).replace("$", ""))
-    stated = [amounts for _, text in assistant_texts(record.messages)
-              if (amounts := dollar_amounts(text))]
-    return bool(stated) and not any(abs(a - want) < 0.005 for a in stated[-1])
+    """Whether the agent's answer to a question is a wrong amount, by the verifiers' rule
+    (``trace_envs.core.communication.amounts_told``: the right amount stated, and the last assistant text stating
+    an amount, the answer, states no other; earlier texts may list the parts of a total). No amount stated at all
+    is not a wrong value."""
+    texts = [text for _, text in assistant_texts(record.messages)]
+    want = float(str(request["answer"]).replace("$", "").replace(",", ""))
+    return bool(answer_amounts(texts)) and not amounts_told(texts, [want])
 
 
 @_tau2_probe("structured_data_reasoning", needs=lambda r: bool(r["target"] or r["answer"]))

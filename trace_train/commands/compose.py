@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
 import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -39,12 +38,10 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _split(examples: list, frac: float, seed: int) -> tuple[list, list]:
-    if frac <= 0 or len(examples) < 2:
-        return examples, []
-    order = np.random.default_rng(seed).permutation(len(examples))
-    n_held = max(1, round(frac * len(examples)))
-    held = {int(i) for i in order[:n_held]}
-    return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
+    """Held out by whole episodes (:func:`trace_moe.examples.split_by_episode`)."""
+    from trace_moe.examples import split_by_episode
+
+    return split_by_episode(examples, frac, seed)
 
 
 def _container(value: Any) -> Any:

@@ -122,17 +122,20 @@ def main(cfg: DictConfig) -> None:
         )
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    trainer = GRPOTrainer(
-        model,
-        backend_factory,
-        gcfg,
-        env=envs,
-        adapter=str(cfg.adapter),
-        output_dir=output_dir,
-        resume=resume,
-        env_kwargs=env_kwargs,
-        pad_id=pad_id,
-    )
+    try:  # a resume onto another base, dtype, env kwargs or rollout options is refused once the model is here
+        trainer = GRPOTrainer(
+            model,
+            backend_factory,
+            gcfg,
+            env=envs,
+            adapter=str(cfg.adapter),
+            output_dir=output_dir,
+            resume=resume,
+            env_kwargs=env_kwargs,
+            pad_id=pad_id,
+        )
+    except ValueError as exc:
+        fail("train", str(exc))
     result = trainer.train()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -23,6 +23,7 @@ import torch
 
 from trace_envs.atomic_io import publish_dir
 from trace_envs.records import write_json_atomic
+from trace_train.grpo.config import LOGGING_KEYS
 from trace_train.grpo.lora import load_adapter_weights, save_adapter
 
 logger = logging.getLogger(__name__)
@@ -90,32 +91,55 @@ def check_resumable(output_dir: str | os.PathLike, adapter: str) -> Path | None:
 
 
 # grpo settings a resumed run may change: how long it runs and how it logs, not what it trains
-RESUMABLE_CHANGES = frozenset({"iterations", "checkpoint_every", "threads", "progress", "tensorboard", "trackers",
-                               "tracker_project"})
+RESUMABLE_CHANGES = frozenset({"iterations", "checkpoint_every", "threads"}) | LOGGING_KEYS
 
 
-def check_resume_config(output_dir: str | os.PathLike, grpo: Mapping[str, Any], env: Any) -> None:
+def check_resume_config(output_dir: str | os.PathLike, grpo: Mapping[str, Any], env: Any, *,
+                        section: str = "grpo", identity: Mapping[str, Any] | None = None) -> None:
     """``ValueError`` when resuming in ``output_dir`` with other training settings than its ``config.json``
     records (the optimizer state would also bring back the old learning rate while config.json claimed the new
-    one); keys a run made before them lacks are not compared."""
+    one); keys a run made before them lacks are not compared. ``section`` names the settings' block in
+    config.json; ``identity`` holds the run's other recorded inputs (base model fingerprint, dtype, env kwargs,
+    rollout options, adapters), each compared with config.json's top-level key of that name. A config.json made
+    before one of them was recorded cannot say: the resume goes on, with a warning naming what was not checked."""
     path = Path(output_dir) / "config.json"
     if not path.exists():
         return
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        before, saved_env = dict(saved.get("grpo") or {}), saved.get("env")
+        before, saved_env = dict(saved.get(section) or {}), saved.get("env")
     except (json.JSONDecodeError, AttributeError, TypeError) as exc:
         raise ValueError(f"{path} is damaged ({exc}); delete {output_dir} to train from scratch") from None
-    now = json.loads(json.dumps(dict(grpo), default=str))  # tuples as the saved JSON holds them
+    now = _as_json(dict(grpo))  # tuples as the saved JSON holds them
     changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(set(before) & set(now))
                if k not in RESUMABLE_CHANGES and before[k] != now[k]]
-    env_now = json.loads(json.dumps(env, default=str))
+    env_now = _as_json(env)
     if saved_env is not None and saved_env != env_now:
         changed.append(f"env: {saved_env!r} -> {env_now!r}")
+    unchecked = []
+    for key, value in _as_json(dict(identity or {})).items():
+        if key not in saved:
+            unchecked.append(key)
+        elif saved[key] != value:
+            changed.append(f"{key}: {_short(saved[key])} -> {_short(value)}")
     if changed:
         raise ValueError(f"resume=true in {output_dir}, which was trained with other settings ("
                          f"{'; '.join(changed[:6])}); resume with the settings of its config.json, or train into "
                          "a new output_dir")
+    if unchecked:
+        logger.warning("resuming in %s: its config.json predates recording %s, so they cannot be compared with "
+                       "this run's; resume only onto the same ones", output_dir, ", ".join(unchecked))
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str) and len(value) == 64:  # a fingerprint
+        return value[:12] + "…"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def load_checkpoint(

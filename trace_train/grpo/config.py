@@ -40,7 +40,9 @@ class GRPOConfig:
     top_p: float = 1.0
     max_new_tokens: int = 96  # per policy turn
     checkpoint_every: int = 5  # iterations between checkpoints (the last one is always saved)
-    seed: int = 0  # run seed: env seeds, sampler seeds, env mixture, shuffling, LoRA init
+    # run seed: env seeds, sampler seeds, env mixture, hinted members, mini-batch shuffling, LoRA dropout masks;
+    # not the LoRA init, which lora.init_seed alone draws (so every run seed starts from the same adapter)
+    seed: int = 0
     threads: int = 1  # torch intra-op threads (0 leaves torch's default)
     mode: str = "grpo"  # grpo | sft (cross-entropy on successful records only)
     # grpo mode: the first N iterations update by cross-entropy on their successful rollouts (hinted ones under
@@ -68,8 +70,11 @@ class GRPOConfig:
 
     def hash_part(self) -> dict[str, Any]:
         """``to_dict()`` as run-directory stage hashes see it: keys added after runs existed are left out while
-        they hold their default, so those runs keep their hashes (and their trained stages)."""
+        they hold their default, so those runs keep their hashes (and their trained stages); the logging-only
+        keys (``LOGGING_KEYS``) always hash as their defaults, so changing one retrains nothing."""
         part = self.to_dict()
+        defaults = GRPOConfig().to_dict()
+        part.update({key: defaults[key] for key in LOGGING_KEYS})
         for key, default in _ADDED_LATER.items():
             if part[key] == default:
                 part.pop(key)
@@ -145,6 +150,9 @@ class GRPOConfig:
         if errors:
             raise ValueError("invalid GRPO config:\n  - " + "\n  - ".join(errors))
 
+
+# GRPOConfig keys that change how a run logs, never what it trains
+LOGGING_KEYS = frozenset({"progress", "tensorboard", "trackers", "tracker_project"})
 
 # GRPOConfig keys added after run directories existed, with the default that leaves them out of stage hashes
 _ADDED_LATER: dict[str, Any] = {"sft_warmup_iterations": 0}

@@ -46,12 +46,12 @@ from trace_moe.composed import GATES_FILE, ComposedModel
 from trace_moe.config import GateGRPOConfig
 from trace_train.grpo import dist
 from trace_train.grpo.advantages import group_advantages
-from trace_train.grpo.checkpoint import latest_checkpoint, write_checkpoint
+from trace_train.grpo.checkpoint import check_resume_config, latest_checkpoint, write_checkpoint
 from trace_train.grpo.config import GRPOConfig, check_env_ids, check_output_dir, normalize_envs
 from trace_train.grpo.hints import training_sequence
 from trace_train.grpo.metrics import MetricsLogger
 from trace_train.grpo.seeds import plan_iteration
-from trace_train.grpo.trainer import shaped_reward
+from trace_train.grpo.trainer import rollout_options, shaped_reward
 from trace_train.grpo.update import Sample, optimize, sequence_logprobs
 from trace_train.rollout.base import EpisodeRequest, SamplingParams
 from trace_train.rollout.hf import HFRolloutBackend
@@ -130,8 +130,13 @@ class _GateGRPORun:
         self.backend = HFRolloutBackend(self.lm, tokenizer, **kwargs)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.start_iteration = 0
+        # what the checkpoint's gates were trained over: a resume must find the same
+        identity = {"slots": composed.slot_names, "gate": asdict(composed.gate_config),
+                    "adapters": {a.name: a.content_hash for a in composed.adapters}, "env_kwargs": self.env_kwargs,
+                    "rollout": rollout_options(self.backend)}
         checkpoint = latest_checkpoint(self.output_dir) if resume else None
         if checkpoint is not None:
+            check_resume_config(self.output_dir, cfg.to_dict(), self.envs, section="gate_grpo", identity=identity)
             self.start_iteration = self._load(checkpoint)
             logger.info("resumed gate GRPO from %s (iteration %d)", checkpoint, self.start_iteration)
         elif resume:
@@ -141,8 +146,7 @@ class _GateGRPORun:
                 drop_rows_from(self.output_dir / name, "iteration", self.start_iteration)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.output_dir / "config.json", {
-            "gate_grpo": cfg.to_dict(), "env": self.envs, "slots": composed.slot_names,
-            "gate": asdict(composed.gate_config), "trainable_params": self.report.trainable,
+            "gate_grpo": cfg.to_dict(), "env": self.envs, "trainable_params": self.report.trainable, **identity,
         })
         self.metrics = MetricsLogger(self.output_dir, tensorboard=False, run_name=RUN_NAME, config=cfg.to_dict())
 

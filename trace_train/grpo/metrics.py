@@ -43,17 +43,21 @@ def format_line(iteration: int, metrics: dict[str, Any]) -> str:
 
 class MetricsLogger:
     """Appends one JSON object per iteration to ``metrics.jsonl``, logs it as one line, and sends the
-    scalars to TensorBoard (``tb/``) and to each requested tracker."""
+    scalars to TensorBoard (``tb/``) and to each requested tracker.
+
+    ``purge_step`` (a resumed run: the iteration it resumes from) hides the TensorBoard points an earlier process
+    logged from that iteration on, which the resumed run logs again."""
 
     def __init__(self, output_dir: str | Path, tensorboard: bool = True, trackers: Sequence[str] = (),
-                 project: str = "trace-rl", run_name: str | None = None, config: dict[str, Any] | None = None) -> None:
+                 project: str = "trace-rl", run_name: str | None = None, config: dict[str, Any] | None = None,
+                 purge_step: int | None = None) -> None:
         self.path = Path(output_dir) / "metrics.jsonl"
         self.writer = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(log_dir=str(Path(output_dir) / "tb"))
+                self.writer = SummaryWriter(log_dir=str(Path(output_dir) / "tb"), purge_step=purge_step)
             except ImportError:
                 logger.info("tensorboard not installed; metrics go to %s only", self.path)
         check_trackers(trackers)

@@ -17,7 +17,7 @@ from trace_envs.hints import hinted_count
 from trace_envs.splits import SPLITS
 
 # Domain tags keep the streams for env seeds, sampler seeds, env choice and shuffling independent.
-_TAG_ENV, _TAG_SAMPLE, _TAG_MIX, _TAG_SHUFFLE, _TAG_HINT = 0, 1, 2, 3, 4
+_TAG_ENV, _TAG_SAMPLE, _TAG_MIX, _TAG_SHUFFLE, _TAG_HINT, _TAG_UPDATE = 0, 1, 2, 3, 4, 5
 _MAX_SEED = 2**31 - 1
 
 
@@ -43,6 +43,11 @@ def sample_seed(run_seed: int, iteration: int, group: int, member: int) -> int:
 def shuffle_generator(run_seed: int, iteration: int, epoch: int, rank: int = 0) -> np.random.Generator:
     """RNG for mini-batch shuffling in one PPO epoch of one iteration (per rank)."""
     return np.random.default_rng(np.random.SeedSequence([run_seed, iteration, epoch, rank, _TAG_SHUFFLE]))
+
+
+def update_seed(run_seed: int, iteration: int, rank: int = 0) -> int:
+    """The torch seed of one iteration's update on one rank (LoRA dropout masks), whatever ran before it."""
+    return _draw(run_seed, iteration, rank, _TAG_UPDATE)
 
 
 def hinted_members(run_seed: int, iteration: int, group: int, group_size: int, fraction: float) -> tuple[int, ...]:

@@ -45,6 +45,7 @@ from trace_train.grpo.hints import is_hinted, training_sequence
 from trace_train.grpo.lora import (
     assert_only_lora_trainable,
     attach_adapter,
+    base_fingerprint,
     save_adapter,
     trainable_parameters,
     versioned_dir,
@@ -74,6 +75,22 @@ def shaped_reward(record: TrajectoryRecord, format_penalty: float) -> float:
     if format_penalty and valid is not None:
         return float(record.reward) - format_penalty * (1.0 - valid)
     return float(record.reward)
+
+
+# HFRolloutBackend options that change what an episode plays (max_batch only changes how many play at once)
+ROLLOUT_OPTIONS = ("max_turns", "max_context", "render_tools", "system_suffix")
+
+
+def base_identity(model: torch.nn.Module) -> dict[str, Any]:
+    """What a resume must find unchanged about the base model: its fingerprint (``lora.base_fingerprint``: every
+    tensor's bytes, so its dtype too) and its dtype, by name for a readable refusal."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+    return {"base_fingerprint": base_fingerprint(model), "dtype": ", ".join(dtypes)}
+
+
+def rollout_options(backend: Any) -> dict[str, Any]:
+    """The backend's ``ROLLOUT_OPTIONS`` (those it has)."""
+    return {key: getattr(backend, key) for key in ROLLOUT_OPTIONS if hasattr(backend, key)}
 
 
 def _hint_logprob_shift(samples: list[Sample], old_lps: Mapping[int, torch.Tensor],
@@ -143,15 +160,18 @@ class GRPOTrainer:
         self.output_dir = Path(output_dir)
         self.env_kwargs = dict(env_kwargs or {})
         self.is_main = dist.rank() == 0
+        base_model = str(getattr(model, "name_or_path", "") or "")
+        identity = base_identity(model)  # before the adapter is attached: the base alone
         self.model = attach_adapter(model, adapter, config.lora)
         n_trainable = assert_only_lora_trainable(self.model, adapter)
         self.params = [p for _, p in trainable_parameters(self.model)]
         self.backend: RolloutBackend = backend if hasattr(backend, "rollout") else backend(self.model)
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
         self.start_iteration = 0
+        identity.update(env_kwargs=self.env_kwargs, rollout=rollout_options(self.backend))
         checkpoint = latest_checkpoint(self.output_dir) if resume else None
         if checkpoint is not None:
-            check_resume_config(self.output_dir, config.to_dict(), self.envs)
+            check_resume_config(self.output_dir, config.to_dict(), self.envs, identity=identity)
             state = load_checkpoint(checkpoint, self.model, adapter, self.optimizer)
             self.start_iteration = int(state["iteration"])
             logger.info("resumed %s from %s (iteration %d)", adapter, checkpoint, self.start_iteration)
@@ -161,12 +181,14 @@ class GRPOTrainer:
         if self.is_main and resume:  # rows logged after the checkpoint (or before the first one) are replayed
             for name in ("metrics.jsonl", "seeds.jsonl"):
                 drop_rows_from(self.output_dir / name, "iteration", self.start_iteration)
+        purge = self.start_iteration if resume else None  # TensorBoard hides the points replayed from there on
         self.metrics = MetricsLogger(self.output_dir, config.tensorboard, config.trackers, config.tracker_project,
-                                     adapter, config.to_dict()) if self.is_main else None
+                                     adapter, config.to_dict(), purge_step=purge) if self.is_main else None
         if self.is_main:
             write_json_atomic(
                 self.output_dir / "config.json",
-                {"grpo": config.to_dict(), "env": self.envs, "adapter": adapter, "trainable_params": n_trainable},
+                {"grpo": config.to_dict(), "env": self.envs, "adapter": adapter, "trainable_params": n_trainable,
+                 "base_model": base_model, **identity},
             )
 
     # ----------------------------------------------------------------- rollout

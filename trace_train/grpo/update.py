@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ from trace_train.grpo.logprobs import (
 )
 from trace_train.grpo.loss import grpo_loss, sft_loss
 from trace_train.grpo.packing import PACKING_MODES, bucket_order
-from trace_train.grpo.seeds import shuffle_generator
+from trace_train.grpo.seeds import shuffle_generator, update_seed
 
 
 @dataclass
@@ -111,6 +112,19 @@ def _stack(values: Sequence[torch.Tensor], length: int) -> torch.Tensor:
     return pad_values([v.tolist() for v in values], length)
 
 
+@contextmanager
+def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Run the block on torch RNGs (CPU, and ``device``'s when it is a GPU) seeded with ``seed``; the process's
+    own RNG states are restored after it."""
+    gpu = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if gpu else []):
+        torch.random.default_generator.manual_seed(seed)
+        if gpu:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
 def optimize(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -127,9 +141,26 @@ def optimize(
     Each rank's loss is divided by the *global* normalizer (tokens or sequences summed over ranks)
     and gradients are summed over ranks, so N ranks give the same step as one rank on all samples.
     ``old_lps=None`` means "old = current policy before the step" (exact when there is one step).
+    Whatever the update draws (LoRA dropout masks) comes from ``seeds.update_seed(cfg.seed, iteration, rank)``.
     """
     _check_packing(cfg.packing)
     device = next(model.parameters()).device
+    with seeded_torch_rng(update_seed(cfg.seed, iteration, dist.rank()), device):
+        return _optimize(model, optimizer, params, samples, cfg, iteration, old_lps, ref_lps, pad_id, device)
+
+
+def _optimize(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    samples: list[Sample],
+    cfg: GRPOConfig,
+    iteration: int,
+    old_lps: list[torch.Tensor] | None,
+    ref_lps: list[torch.Tensor] | None,
+    pad_id: int,
+    device: torch.device,
+) -> dict[str, float]:
     sums: dict[str, float] = defaultdict(float)
     weights: dict[str, float] = defaultdict(float)
     grad_norms: list[float] = []

@@ -17,6 +17,7 @@ from trace_train.pipeline.config import TRAINED_BASELINES, MoEConfig, PipelineCo
 from trace_train.pipeline.policy_play import base_spec, play, policy_hash_part
 from trace_train.pipeline.stage_runner import StageRunner, content_hash
 from trace_train.pipeline.stages import (
+    base_choice_part,
     capabilities_to_synthesize,
     capability_prompt,
     checkpoint_of,
@@ -88,7 +89,8 @@ class Pipeline:
 
     def run(self) -> dict[str, Any]:
         cfg, r = self.cfg, self.runner
-        h = content_hash(self.bootstrap_cfg.content_hash(), cfg.base_model)
+        h = content_hash(self.bootstrap_cfg.content_hash(), cfg.base_model,
+                         *base_choice_part(cfg, self.bootstrap_cfg))
         model = r.run("bootstrap", h,
                       lambda d: resolve_base_model(cfg, self.bootstrap_cfg, d, self.repo_root))["model"]
         kwargs = cfg.kwargs_by_target()
@@ -180,6 +182,7 @@ class Pipeline:
         if from_4x:  # the 4x run first: the 1x row is its checkpoint
             names.remove("grpo_target_4x")
             names.insert(names.index("grpo_target"), "grpo_target_4x")
+            self._check_target_checkpoint(cfg.baseline_grpo_cfg("grpo_target", grpo_cfg), len(envs))
         keys = {name: f"baselines/{name}{tag}" for name in names}
         budget = grpo_cfg.iterations * max(1, len(envs)) * per_iteration
         row_hashes: dict[str, str] = {}
@@ -200,6 +203,18 @@ class Pipeline:
                             cost=1 if checkpoint else budget * (4 if name == "grpo_target_4x" else 1)))
         return TrainPlan(grpo_cfg.seed, tag, adapters, f"compose{tag}" if cfg.compose.enabled and envs else None,
                          {n: keys[n] for n in cfg.baselines if n in keys}, jobs)
+
+    @staticmethod
+    def _check_target_checkpoint(row_cfg: Any, n_envs: int) -> None:
+        """Before any job: the 1x GRPO-on-target row is the 4x run's checkpoint at TRACE's budget, which the 4x
+        run only saves when ``checkpoint_every`` divides that budget (``checkpoint_of``)."""
+        n_envs = max(1, n_envs)
+        budget = row_cfg.iterations * n_envs
+        if budget % row_cfg.checkpoint_every:
+            raise ValueError(f"pipeline.baselines has grpo_target and grpo_target_4x: the 1x row is the 4x run's "
+                             f"checkpoint at TRACE's budget, {budget} iterations ({row_cfg.iterations} x {n_envs} "
+                             f"capability envs), but grpo.checkpoint_every={row_cfg.checkpoint_every} does not "
+                             f"divide it; set grpo.checkpoint_every to a divisor of {budget}")
 
     def _target_rows_alike(self) -> bool:
         """Whether GRPO on the target at 1x and at 4x train alike, so the 1x row is the 4x run's checkpoint."""

@@ -29,9 +29,6 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
     ``shipped_checkpoint`` names a checkpoint shipped with trace-rl (``retail-sim-tiny``) or is an absolute
     directory; ``null`` always bootstraps. A missing directory is an error, never a silent re-bootstrap.
     ``repo_root`` is unused (kept for callers)."""
-    from trace_train.bootstrap.compare import made_from
-    from trace_train.paths import shipped_checkpoint
-
     if cfg.base_model:
         name = str(cfg.base_model)
         path = Path(name).expanduser().resolve()
@@ -42,14 +39,8 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
             return {"model": str(path), "source": "given"}
         return {"model": name, "source": "hub"}  # an explicit hub id such as Qwen/Qwen3-30B-A3B-Instruct-2507
     wanted = bootstrap_cfg.content_hash()
-    shipped = None
-    if cfg.shipped_checkpoint:
-        given = Path(str(cfg.shipped_checkpoint)).expanduser()
-        shipped = given if given.is_absolute() else shipped_checkpoint(str(cfg.shipped_checkpoint))
-        if not (shipped / "config.json").is_file():
-            raise FileNotFoundError(f"pipeline.shipped_checkpoint={cfg.shipped_checkpoint}: no model at {shipped}; "
-                                    "reinstall trace-rl or set pipeline.shipped_checkpoint=null to bootstrap")
-    if shipped is not None and made_from(shipped) == wanted:
+    shipped = matching_shipped(cfg, wanted)
+    if shipped is not None:
         logger.info("using the shipped base checkpoint %s (config hash %s)", shipped, wanted)
         return {"model": str(shipped), "source": "shipped", "config_hash": wanted}
     from trace_train.bootstrap.trainer import Bootstrapper
@@ -58,6 +49,38 @@ def resolve_base_model(cfg: PipelineConfig, bootstrap_cfg: Any, stage_dir: Path,
     summary = runner.run()
     return {"model": str(runner.model_dir.resolve()), "source": "bootstrapped", "config_hash": wanted,
             "probe": summary.get("probe")}
+
+
+def matching_shipped(cfg: PipelineConfig, wanted: str) -> Path | None:
+    """The checkpoint ``pipeline.shipped_checkpoint`` names when it was made from the bootstrap config hash
+    ``wanted``, else None (the base is bootstrapped); a named checkpoint that is not there is an error."""
+    from trace_train.bootstrap.compare import made_from
+    from trace_train.paths import shipped_checkpoint
+
+    if not cfg.shipped_checkpoint:
+        return None
+    given = Path(str(cfg.shipped_checkpoint)).expanduser()
+    shipped = given if given.is_absolute() else shipped_checkpoint(str(cfg.shipped_checkpoint))
+    if not (shipped / "config.json").is_file():
+        raise FileNotFoundError(f"pipeline.shipped_checkpoint={cfg.shipped_checkpoint}: no model at {shipped}; "
+                                "reinstall trace-rl or set pipeline.shipped_checkpoint=null to bootstrap")
+    return shipped if made_from(shipped) == wanted else None
+
+
+def base_choice_part(cfg: PipelineConfig, bootstrap_cfg: Any) -> tuple[Any, ...]:
+    """The part of the bootstrap stage's hash that says which base :func:`resolve_base_model` takes when
+    ``pipeline.shipped_checkpoint`` is not the default: the chosen checkpoint (the later stages read it from its
+    path) and its ``model_fingerprint``, or that the base is bootstrapped. () when ``base_model`` is given (it is
+    hashed itself) and for the default, so that run directories made before keep their hashes."""
+    from trace_train.bootstrap.compare import model_fingerprint
+
+    default = PipelineConfig.__dataclass_fields__["shipped_checkpoint"].default
+    if cfg.base_model or cfg.shipped_checkpoint == default:
+        return ()
+    shipped = matching_shipped(cfg, bootstrap_cfg.content_hash())
+    if shipped is None:
+        return ({"bootstrapped": True},)
+    return ({"shipped_checkpoint": str(shipped.resolve()), "fingerprint": model_fingerprint(shipped)},)
 
 
 def capabilities_to_synthesize(selected: list[str], max_capabilities: int) -> list[str]:
@@ -214,6 +237,7 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     import numpy as np
 
     from trace_moe import ComposedModel, routing_report, train_gates
+    from trace_moe.examples import hold_out_episodes
     from trace_moe.token_labels import label_examples
 
     moe = moe if moe is not None else MoEConfig()
@@ -240,8 +264,7 @@ def compose_adapters(cfg: PipelineConfig, model_dir: str, train_outputs: dict[st
     examples = label_examples(composed, examples, moe.train.labels, moe.train.likelihood_margin,
                               max_len=moe.train.max_len, pad_id=moe.train.pad_id)
     order = np.random.default_rng(0).permutation(len(examples))
-    n_held = max(1, len(examples) // 10)
-    held, train = [examples[i] for i in order[:n_held]], [examples[i] for i in order[n_held:]]
+    train, held = hold_out_episodes(examples, order, max(1, len(examples) // 10))
     metrics = train_gates(composed, train or held, moe.train)
     if moe.train.method.startswith("grpo_"):
         outputs["gate_grpo"] = refine_gates_grpo(cfg, composed, model_dir, moe, gate_env, out_dir / "gate_grpo")

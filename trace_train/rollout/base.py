@@ -70,6 +70,12 @@ def env_error_info(exc: BaseException, stage: str, turn: int) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": message, "stage": stage, "turn": int(turn)}
 
 
+def prompt_did_not_fit(record: TrajectoryRecord) -> bool:
+    """Whether a model backend's episode ended before its first turn because its first prompt did not fit the
+    context (``context_limit`` with no turn played); such an episode says nothing about the policy."""
+    return record.termination == "context_limit" and record.info.get("turn_spans") == []
+
+
 class RolloutBackend(Protocol):
     """Plays episodes with a (possibly adapted) policy."""
 

@@ -11,6 +11,9 @@ the stream stays a well-formed chat. Each sampler draws from a ``torch.Generator
 request's env seed and ``sample_seed`` (``sampling.episode_sampler_seed``), so an episode does not depend on the
 batch it was played in and episodes of different env seeds never share a random stream. An env that
 raises in ``reset``/``step`` ends only its own episode, as ``env_error`` (``trace_train.rollout.base``).
+An episode whose first prompt leaves no room in the context ends at once as ``context_limit`` with a
+warning (``base.prompt_did_not_fit``; ``trace-rl rollout`` exits non-zero on it); a later turn that does not fit
+ends its episode as ``context_limit`` too.
 
 Each episode keeps its KV cache between turns (``keep_cache``): a turn encodes only the tokens added
 since the previous one (the observation), and the members of a group encode their shared first
@@ -39,6 +42,7 @@ from trace_train.rollout.base import ENV_ERROR, EpisodeRequest, SamplingParams, 
 from trace_train.rollout.gc_policy import freeze_long_lived
 from trace_train.rollout.hf_generate import generate_turn
 from trace_train.rollout.kv_cache import RowCache
+from trace_train.rollout.model_tokens import stop_token_ids
 from trace_train.rollout.sampling import episode_sampler_seed, make_generator
 from trace_train.threads import torch_threads
 
@@ -153,9 +157,7 @@ class HFRolloutBackend:
         self.last_timings: dict[str, float] = {}
         self._t_generate = 0.0
         self.end_id = self.renderer.end_id
-        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        gen_eos = gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else []
-        self.stop_ids = {self.end_id, *gen_eos}
+        self.stop_ids = stop_token_ids(self.end_id, getattr(model, "generation_config", None))
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.end_id
 
@@ -260,6 +262,12 @@ class HFRolloutBackend:
 
     def _check_context(self, ep: _Episode) -> None:
         if not ep.done and len(ep.ids) >= self.max_context - 1:
+            req = ep.request
+            logger.warning("the first prompt of %s (seed %d) is %d tokens, but the context holds %d: the episode ends "
+                           "as context_limit before its first turn; raise the context (the server's --max-model-len, "
+                           "the model's max_position_embeddings, max_context) or shorten the prompt "
+                           "(render_tools=false, a shorter system_suffix)", req.env_id, req.seed, len(ep.ids),
+                           self.max_context)
             ep.done, ep.termination = True, "context_limit"
 
     def _advance(self, live: list[_Episode], sampling: SamplingParams) -> None:

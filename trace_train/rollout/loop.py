@@ -1,4 +1,5 @@
-"""The rollout loop: requests for a split, batched play through a backend, the checks and the output file.
+"""The rollout loop: requests for a split, batched play through a backend, the checks of the output file
+(``trace_train.rollout.partial_output`` writes it, batch by batch).
 
 Library code (evaluation, calibration, the pipeline, the bench) and the ``trace-rl rollout`` command
 share this module; it imports nothing from the CLI. Progress display is the caller's: ``run_rollouts``
@@ -13,16 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trace_envs.records import (
-    ReadReport,
-    TrajectoryRecord,
-    dumps_line,
-    iter_jsonl,
-    read_trajectories,
-    validate_record,
-    write_text_atomic,
-    write_trajectories,
-)
+from trace_envs.records import ReadReport, TrajectoryRecord, iter_jsonl, read_trajectories
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +55,22 @@ def rollout_requests(env_id: str, env_kwargs: dict, split: str, episodes: int, o
 
 
 def run_rollouts(backend: Any, requests: Sequence[Any], sampling: Any, adapter: str | None, batch: int,
-                 label: str = "rollout", progress: Progress | None = None) -> list[TrajectoryRecord]:
-    """Play ``requests`` through ``backend`` in chunks of ``batch``; the records in request order."""
+                 label: str = "rollout", progress: Progress | None = None,
+                 on_batch: Callable[[list[TrajectoryRecord]], None] | None = None) -> list[TrajectoryRecord]:
+    """Play ``requests`` through ``backend`` in chunks of ``batch``; the records in request order.
+
+    ``on_batch`` gets each chunk's records as soon as it is played (to write them before the next chunk can fail).
+    """
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     records: list[TrajectoryRecord] = []
     chunks = [requests[i: i + batch] for i in range(0, len(requests), batch)]
     shown = progress(chunks, description=label) if progress is not None else chunks
     for index, chunk in enumerate(shown, start=1):
-        records.extend(backend.rollout(chunk, sampling, adapter))
+        played = backend.rollout(chunk, sampling, adapter)
+        if on_batch is not None:
+            on_batch(played)
+        records.extend(played)
         if progress is None:
             logger.info("%s: %d/%d batches (%d episodes)", label, index, len(chunks), len(records))
     return records
@@ -97,17 +96,6 @@ def check_existing_output(out: Path, if_exists: str) -> int:
     if report.truncated_last_line:
         raise ValueError(f"out={out} ends in a truncated line; repair the file or set if_exists=overwrite")
     return len(records)
-
-
-def write_output(out: Path, records: list, if_exists: str) -> Path:
-    """Write ``records`` to ``out``: the file alone, or (``append``) after its current bytes, atomically."""
-    if if_exists != "append" or not out.exists():
-        return write_trajectories(out, records)
-    existing = out.read_text(encoding="utf-8")
-    if existing and not existing.endswith("\n"):
-        existing += "\n"
-    rows = [validate_record(r.to_dict(), f"record {i} for {out}") for i, r in enumerate(records)]
-    return write_text_atomic(out, existing + "".join(dumps_line(row) for row in rows))
 
 
 def warn_duplicates(out: Path) -> None:

@@ -5,7 +5,8 @@ bookkeeping — env reset, observation deltas from ``ChatRenderer``, env steps, 
 ending its episode as ``env_error``, the record — is the ``hf`` backend's own code): each turn sends
 the episode's running id list as a token-id prompt to ``POST /v1/completions`` with
 ``return_token_ids`` and ``logprobs``, so the server never re-renders or re-tokenizes text. The
-completion ids (ending with the stop token ``<|im_end|>``) are recorded as returned with mask 1 and
+completion ids (ending with a stop token: ``<|im_end|>`` or another eos id of the served model's
+generation config, as in the ``hf`` backend) are recorded as returned with mask 1 and
 the server's log-probs; a turn cut by the token budget gets an ``<|im_end|>`` with mask 0. Each
 request carries a seed derived from the episode's env seed, the member's ``sample_seed`` and the turn index.
 
@@ -27,6 +28,7 @@ import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import gymnasium
@@ -37,6 +39,7 @@ from trace_envs.records import TrajectoryRecord
 from trace_train.model.rendering import ChatRenderer
 from trace_train.rollout.base import EpisodeRequest, SamplingParams
 from trace_train.rollout.hf import HFRolloutBackend, _Episode
+from trace_train.rollout.model_tokens import ModelFiles, load_model_files, stop_token_ids
 from trace_train.rollout.openai_lora import AdapterManager, ServerInfo, check_servers
 from trace_train.rollout.sampling import episode_sampler_seed
 
@@ -71,9 +74,10 @@ def _is_logprob(value: Any) -> bool:
     return (type(value) in (int, float) and math.isfinite(value) and value <= LOGPROB_TOLERANCE)
 
 
-def parse_completion(payload: Any) -> Completion:
+def parse_completion(payload: Any, vocab_size: int | None = None) -> Completion:
     """The first choice of a ``/v1/completions`` answer; ``BadResponseError`` if ids/log-probs are missing or
-    impossible (a negative or non-integer id, a log-prob that is not a finite number <= 0)."""
+    impossible (a negative or non-integer id, an id ``>= vocab_size``, a log-prob that is not a finite number
+    <= 0)."""
     if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
         raise BadResponseError("no choices in the completion response")
     choice = payload["choices"][0]
@@ -83,6 +87,10 @@ def parse_completion(payload: Any) -> Completion:
     if not isinstance(ids, list) or not all(_is_token_id(t) for t in ids):
         raise BadResponseError("the completion has no token_ids (a list of non-negative integers): the server must "
                                "support 'return_token_ids' (vLLM >= 0.10.2)")
+    if vocab_size is not None and ids and max(ids) >= vocab_size:
+        bad = next(t for t in ids if t >= vocab_size)
+        raise BadResponseError(f"the completion has token id {bad}, outside the model's vocabulary of {vocab_size} "
+                               f"(is the server serving another model than the local tokenizer's?)")
     logprobs = choice.get("logprobs")
     lps = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     if not isinstance(lps, list) or len(lps) != len(ids) or not all(_is_logprob(x) for x in lps):
@@ -167,6 +175,7 @@ class OpenAIRolloutBackend:
         render_tools: bool = True,
         system_suffix: str = "",
         sleep: Callable[[float], None] | None = None,
+        model_files: ModelFiles | None = None,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -178,7 +187,11 @@ class OpenAIRolloutBackend:
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer)
         self.end_id = self.renderer.end_id
-        self.stop_ids = {self.end_id}  # the server stops on it alone (stop_token_ids), as _apply_turn reads
+        # ``model_files``: the served model's generation config and vocabulary size (default: read from the
+        # tokenizer's directory); its eos ids end a turn as they do in the hf backend
+        files = model_files if model_files is not None else load_model_files(getattr(tokenizer, "name_or_path", None))
+        self.stop_ids = stop_token_ids(self.end_id, files.generation_config)
+        self.vocab_size = files.vocab_size or len(tokenizer)
         self.router = _Router(len(self.base_urls), routing)
         http_kw: dict[str, Any] = {"api_key": api_key, "timeout": timeout, "retries": retries, "backoff_s": backoff}
         if sleep is not None:
@@ -265,7 +278,7 @@ class OpenAIRolloutBackend:
             "seed": turn_seed(episode_sampler_seed(req.seed, req.sample_seed), len(ep.turns)),
             "logprobs": 0,
             "return_token_ids": True,
-            "stop_token_ids": [self.end_id],
+            "stop_token_ids": sorted(self.stop_ids),
             "skip_special_tokens": False,
             "user": f"{req.env_id}|{req.seed}|{req.sample_seed}",
         }
@@ -273,7 +286,8 @@ class OpenAIRolloutBackend:
     def complete(self, server: int, body: dict[str, Any]) -> Completion:
         """One ``/v1/completions`` call on server ``server`` (retried; checked)."""
         url = f"{self.base_urls[server]}/completions"
-        out = self.http.post(url, body, parse_completion, error=RolloutServerError)
+        out = self.http.post(url, body, partial(parse_completion, vocab_size=self.vocab_size),
+                             error=RolloutServerError)
         if out.prompt_ids is not None and out.prompt_ids != body["prompt"]:
             raise RolloutServerError(f"POST {url}: the server changed the token-id prompt "
                                      f"({len(body['prompt'])} ids sent, {len(out.prompt_ids)} echoed)", url)

@@ -7,9 +7,33 @@ files. So beyond the import allow-list: a name bound by an import may only be re
 (never passed, returned or aliased whole), and that attribute may not be private or itself a module; from the
 authoring module only its ``__all__`` is importable; private attributes are read on ``self``/``cls`` only;
 attribute names that lead to the interpreter, the file system or processes (``sys``, ``os``, ``builtins``,
-``modules``, ``f_globals``, ``tofile``, ...) are refused on any object; ``Env`` may not override the env's
-machinery (``step``, ``reset``, ...) that puts a time limit on its own methods; and no handler catches
+``modules``, ``f_globals``, ``tofile``, ...) are refused on any object; ``Env`` may not override (nor any code
+assign) the env's machinery (``step``, ``reset``, ...) that puts a time limit on its own methods; and no handler catches
 ``BaseException`` (a bare ``except:`` would swallow that time limit).
+
+The allowed modules also turn a string built at run time into an attribute read, an ``eval`` or a ``setattr``,
+which no check of names can see; those routes are refused by name: ``string.Formatter`` (``get_field``,
+``vformat``: an attribute read), ``functools.update_wrapper``/``wraps`` (``assigned=``: an attribute read),
+``functools.singledispatch`` (``register`` evaluates string annotations), enum's sunder machinery
+(``cls._convert_`` reads any loaded module's globals) and ``enum.global_enum`` (writes into a loaded module),
+a class built from a run-time dict (``type``, the metaclasses the allowed modules hold, ``metaclass=``,
+enum's functional API: enum's classes serve as bases only and an enum class defines members;
+``dataclasses.make_dataclass``): its keys could name ``__annotations__``, which ``dataclass`` compiles into
+code, or a copy hook; so ``dataclass`` only decorates a class statement. Nor may a module define dunders outside
+``DEFINABLE_DUNDERS`` (``__reduce_ex__`` makes ``copy``, and the host's own ``deepcopy`` of the db, call
+``setattr`` with names from the module; ``__exit__`` could swallow the time limit; ``__init_subclass__``
+and ``__set_name__`` run at class creation). ``str.format`` with a run-time field name reads attributes too,
+but returns text only; ``re``/``json`` callbacks and ``functools.reduce`` call only what the module holds.
+
+This check is one layer, not a sandbox: it reads the text against a list of known routes, and Python has
+more routes than any such list. The others: ``validate.py`` runs the module first only in a confined
+subprocess (``sandbox.py``: namespaces, a filesystem jail, resource limits, no network where the kernel
+allows; ``probe.py`` plays it there); the emitted manifest pins the validated text's sha256, and
+``loader.py`` refuses a file that differs or no longer passes this check, runs exactly the text it checked
+and puts a time limit on its import and on every authored method. What the loader imports runs in-process
+(calibration, training, ``import trace_envs`` of a user manifest) with the host's full rights: a module
+that behaves in the jail and finds a route this list misses runs code there. Treat an LLM-written env as
+code to review before it trains on a machine that matters.
 
 This runs on the module's text only; nothing of it is executed here (the allowed standard modules and the
 authoring module are imported to list what they hold).
@@ -33,6 +57,27 @@ FORBIDDEN_NAMES = frozenset({
     "__spec__", "__file__",
 })
 ALLOWED_DUNDERS = frozenset({"__init__", "__post_init__", "__name__"})
+# dunders a module may define (as a method or a class attribute) or name: ordinary protocols only. Not the copy
+# and pickle hooks (``copy._reconstruct`` calls setattr with the names they return), not class-creation hooks,
+# attribute hooks, descriptors, ``__del__`` (runs outside any time limit) or ``__exit__`` (returning True would
+# swallow the time limit's exception)
+DEFINABLE_DUNDERS = frozenset({
+    "__init__", "__post_init__", "__name__", "__doc__", "__slots__", "__all__", "__match_args__", "__repr__",
+    "__str__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__",
+    "__iter__", "__next__", "__reversed__", "__contains__", "__getitem__", "__setitem__", "__delitem__",
+    "__missing__", "__call__", "__int__", "__float__", "__index__", "__round__", "__neg__", "__pos__",
+    "__abs__", "__invert__",
+} | {f"__{p}{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
+                                "lshift", "rshift", "matmul", "divmod") for p in ("", "r", "i")} - {"__idivmod__"})
+# names (imported or read as an attribute) of the allowed modules' routes from a run-time string to an attribute
+# read, an eval, a setattr or a write into a loaded module; see the module docstring
+FORBIDDEN_ROUTES = frozenset({
+    "Formatter", "get_field", "vformat", "get_value", "format_field", "convert_field",  # string
+    "update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS", "WRAPPER_UPDATES",  # functools: assigned=(name, ...)
+    "singledispatch", "singledispatchmethod",  # functools: register() evaluates string annotations
+    "global_enum", "EnumType", "EnumMeta", "make_dataclass",  # enum, dataclasses
+})
+
 # attribute names refused on any object: ways to the interpreter, the file system or processes
 FORBIDDEN_ATTRIBUTES = frozenset({
     "sys", "os", "builtins", "modules", "subprocess", "importlib", "io", "codecs", "socket", "shutil", "pathlib",
@@ -56,6 +101,108 @@ def _module_attributes() -> dict[str, frozenset[str]]:
         module = importlib.import_module(name)
         held[name] = frozenset(a for a in dir(module) if isinstance(getattr(module, a, None), types.ModuleType))
     return held
+
+
+def _metaclasses() -> frozenset[str]:
+    """The allowed modules' attribute names that hold a metaclass (``typing.ABCMeta``, ``enum.EnumType``): a
+    call of one builds a class from a run-time dict."""
+    found: set[str] = set()
+    for name in ALLOWED_IMPORTS - {"__future__"}:
+        module = importlib.import_module(name)
+        found.update(a for a in dir(module)
+                     if isinstance(getattr(module, a, None), type) and issubclass(getattr(module, a), type))
+    return frozenset(found)
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _is_sunder(name: str) -> bool:
+    return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_" and name[-2] != "_"
+
+
+def _enum_classes() -> frozenset[str]:
+    """The enum module's enum classes (``Enum``, ``IntEnum``, ``Flag``, ...): member-less, so their functional API
+    (``Enum(name, names)``) builds a class from a run-time dict."""
+    import enum
+
+    return frozenset(a for a in dir(enum) if isinstance(getattr(enum, a), type) and issubclass(getattr(enum, a),
+                                                                                               enum.Enum))
+
+
+def _enum_problems(tree: ast.AST, module_names: dict[str, str]) -> list[str]:
+    """The enum module's classes serve as bases only, and an enum class of the module defines members (a
+    member-less one, passed around, would still offer the functional API)."""
+    stdlib = _enum_classes()
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "enum"
+                for a in n.names if a.name in stdlib}
+
+    def names_stdlib(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id in imported) or (
+            isinstance(node, ast.Attribute) and node.attr in stdlib and isinstance(node.value, ast.Name)
+            and module_names.get(node.value.id) == "enum")
+
+    problems: list[str] = []
+    bases = {id(b) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for b in n.bases}
+    enums = set(imported)
+    for node in ast.walk(tree):
+        if names_stdlib(node) and id(node) not in bases:
+            problems.append(f"line {node.lineno}: enum's classes may only be base classes (class C(Enum): ...); "
+                            "the functional API Enum(name, names) is not allowed")
+    for node in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        if any(names_stdlib(b) or (isinstance(b, ast.Name) and b.id in enums) for b in node.bases):
+            enums.add(node.name)
+            members = [t for item in node.body if isinstance(item, (ast.Assign, ast.AnnAssign))
+                       for t in (item.targets if isinstance(item, ast.Assign) else [item.target])
+                       if isinstance(t, ast.Name) and not t.id.startswith("_")]
+            if not members:
+                problems.append(f"line {node.lineno}: the enum class {node.name!r} defines no members (shared enum "
+                                "behaviour goes in a plain mixin class)")
+    return problems
+
+
+def _route_problems(tree: ast.AST, module_names: dict[str, str]) -> list[str]:
+    """Routes from a run-time string to an attribute read, an eval or a setattr (see the module docstring)."""
+    problems: list[str] = _enum_problems(tree, module_names)
+    metaclasses = _metaclasses()
+    decorators = {id(d) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for d in n.decorator_list}
+    decorators |= {id(d.func) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for d in n.decorator_list
+                   if isinstance(d, ast.Call)}
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", "?")
+        named = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
+                 else None)
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name in FORBIDDEN_ROUTES or alias.name in metaclasses:
+                    problems.append(f"line {line}: importing {alias.name!r} is not allowed (it turns a run-time "
+                                    "string into an attribute read, an eval or a class)")
+                if alias.asname and _is_dunder(alias.asname):
+                    problems.append(f"line {line}: binding the dunder name {alias.asname!r} is not allowed")
+        elif isinstance(node, ast.Attribute) and (node.attr in FORBIDDEN_ROUTES or node.attr in metaclasses):
+            problems.append(f"line {line}: {node.attr!r} is not allowed (it turns a run-time string into an "
+                            "attribute read, an eval or a class)")
+        elif isinstance(node, ast.Attribute) and _is_sunder(node.attr):
+            problems.append(f"line {line}: the sunder attribute {node.attr!r} (enum machinery) is not allowed")
+        elif isinstance(node, ast.Name) and node.id == "type":
+            problems.append(f"line {line}: 'type' is not allowed (type(name, bases, dict) and a metaclass call "
+                            "build a class from a run-time dict); write isinstance(x, C) to test a type")
+        if named == "dataclass" and id(node) not in decorators:
+            problems.append(f"line {line}: dataclass may only decorate a class statement (@dataclass)")
+        if isinstance(node, ast.Name) and _is_dunder(node.id) and node.id not in DEFINABLE_DUNDERS \
+                and node.id not in FORBIDDEN_NAMES:
+            problems.append(f"line {line}: the dunder name {node.id!r} is not allowed (only ordinary protocol "
+                            "dunders: __repr__, __eq__, __lt__, __hash__, __len__, __iter__, __getitem__, arithmetic, "
+                            "...)")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _is_dunder(node.name) \
+                and node.name not in DEFINABLE_DUNDERS:
+            problems.append(f"line {line}: defining {node.name!r} is not allowed (copy, pickle, class-creation, "
+                            "attribute and context-manager hooks are refused)")
+        if isinstance(node, ast.ClassDef) and node.keywords:
+            problems.append(f"line {line}: class keywords ({', '.join(k.arg or '**' for k in node.keywords)}) "
+                            "are not allowed (metaclass= builds the class from a run-time dict)")
+    return problems
 
 
 def _authoring_exports() -> frozenset[str]:
@@ -168,6 +315,11 @@ def check_source(source: str, max_bytes: int = 60_000, max_lines: int = 1500) ->
                                     f"defines {', '.join(sorted(OVERRIDABLE - {'__init__'}))} and helpers)")
         elif isinstance(node, ast.AsyncFunctionDef):
             problems.append(f"line {line}: async functions are not allowed")
+    problems.extend(_route_problems(tree, module_names))
+    machinery = base_methods - OVERRIDABLE
+    problems.extend(f"line {n.lineno}: assigning {n.attr!r} is not allowed (the env's machinery, which puts a "
+                    "time limit on its methods)" for n in ast.walk(tree)
+                    if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.attr in machinery)
     if not env_class:
         problems.append("the module defines no class named Env (class Env(CapabilityEnv): ...)")
     return StaticReport(not problems, problems)
