@@ -9,13 +9,13 @@ two tightenings of τ²'s plain substring test, so that a verifier cannot be pas
 * any other string must not run on into more digits at an end that is a digit: ``"#W12345678"`` does not tell
   ``"#W1234567"``.
 
-Required dollar amounts are answers, judged as the τ² labeler judges them (:func:`amounts_told`): each must be
-stated in some assistant text, and the agent's final answer (the last assistant text that states any dollar
-amount) may state no other dollar amount. A text listing candidate totals ("$1 $2 … $1299") or a hedge naming a
-wrong amount beside the right one tells nothing, a later text stating another amount takes an earlier answer
-back, and a correction stands; answers to several questions may come in several texts. The price: a final
-answer that lists the parts beside the total is refused too (parts in an earlier text are not), as is another
-amount said after the answer (the scripted experts state the total alone).
+Required dollar amounts are answers (:func:`amounts_told`, shared with the τ² labeler): one counts as told when
+some assistant text states it and every other dollar amount that text states is also required or was seen in the
+conversation (a number in a tool result or a user message: the parts of a total, a price the agent read). A text
+listing candidate totals ("$1 $2 … $1299") or a hedge beside a made-up amount ("$568.53 (I first thought
+$551.53)") tells nothing; answers to several questions, and other amounts in other texts (a refund after the
+answer), stand. The check judges each text on its own: a wrong amount said in another turn, before or after the
+right one, is not refused (telling which question a later amount answers would need the question's entity).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 _NUMBER = re.compile(r"(\$?)(\d+(?:\.\d+)?)")
 _DOLLARS = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
 _BARE = re.compile(r"(?<![\d.$])(\d+(?:\.\d+)?)(?!\d)")
+_ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 CENT = 0.005
 
 
@@ -69,30 +70,31 @@ def required_dollars(required: str) -> float | None:
     return float(number.group(2)) if number is not None and number.group(1) else None
 
 
-def answer_amounts(texts: list[str]) -> list[float]:
-    """The dollar amounts of the agent's answer: those of the last text stating any (none: ``[]``)."""
-    for text in reversed(texts):
-        amounts = dollar_amounts(text)
-        if amounts:
-            return amounts
-    return []
+def seen_numbers(transcript: list[dict[str, Any]]) -> list[float]:
+    """Every number the tool results and the user's messages of ``transcript`` state (what the agent has seen)."""
+    texts = (str(m.get("content") or "") for m in transcript if m.get("role") in ("tool", "user"))
+    return [float(v) for text in texts for v in _ANY_NUMBER.findall(_normal(text))]
 
 
-def amounts_told(texts: list[str], required: list[float]) -> bool:
-    """Whether the assistant ``texts`` state every ``required`` dollar amount and their answer
-    (:func:`answer_amounts`) states no other: the one rule the verifiers and the τ² labeler judge an amount by."""
-    stated = [a for text in texts for a in dollar_amounts(text)]
-
+def amounts_told(texts: list[str], required: list[float], seen: list[float] = ()) -> bool:
+    """Whether each ``required`` dollar amount is stated in some assistant text (of ``texts``) whose other dollar
+    amounts are all required or ``seen`` (:func:`seen_numbers`): the one rule the verifiers and the τ² labeler
+    judge an amount by."""
     def among(value: float, values: list[float]) -> bool:
         return any(abs(value - v) < CENT for v in values)
-    return all(among(v, stated) for v in required) and all(among(a, required) for a in answer_amounts(texts))
+
+    allowed = [*required, *seen]
+    stated = [dollar_amounts(text) for text in texts]
+    return all(any(among(v, amounts) and all(among(a, allowed) for a in amounts) for amounts in stated)
+               for v in required)
 
 
 def communicated(transcript: list[dict[str, Any]], required: list[str]) -> bool:
-    """Every string of ``required`` is told: dollar amounts in the final answer (:func:`amounts_told`), any
-    other string in some assistant text of ``transcript``."""
+    """Every string of ``required`` is told in some assistant text of ``transcript`` (dollar amounts by
+    :func:`amounts_told`)."""
     texts = assistant_texts(transcript)
     dollars = [required_dollars(s) for s in required]
-    if any(v is not None for v in dollars) and not amounts_told(texts, [v for v in dollars if v is not None]):
+    wanted = [v for v in dollars if v is not None]
+    if wanted and not amounts_told(texts, wanted, seen_numbers(transcript)):
         return False
     return all(any(mentions(t, s) for t in texts) for s, v in zip(required, dollars) if v is None)

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from trace_envs.core.communication import amounts_told, answer_amounts
+from trace_envs.core.communication import amounts_told, dollar_amounts, seen_numbers
 from trace_envs.records import TrajectoryRecord
 from trace_train.analysis.labels import Label
 from trace_train.analysis.messages import ToolCall, assistant_texts, tool_calls
@@ -217,13 +217,13 @@ def _exact_args(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stated_wrong_value(record: TrajectoryRecord, request: dict[str, Any]) -> bool:
-    """Whether the agent's answer to a question is a wrong amount, by the verifiers' rule
-    (``trace_envs.core.communication.amounts_told``: the right amount stated, and the last assistant text stating
-    an amount, the answer, states no other; earlier texts may list the parts of a total). No amount stated at all
-    is not a wrong value."""
+    """Whether the agent states an amount but never the question's answer by the verifiers' rule
+    (``trace_envs.core.communication.amounts_told``: a text stating the right amount beside no made-up one; the
+    parts of a total may come first). No amount stated at all is not a wrong value."""
     texts = [text for _, text in assistant_texts(record.messages)]
     want = float(str(request["answer"]).replace("$", "").replace(",", ""))
-    return bool(answer_amounts(texts)) and not amounts_told(texts, [want])
+    return (any(dollar_amounts(t) for t in texts)
+            and not amounts_told(texts, [want], seen_numbers(record.messages)))
 
 
 @_tau2_probe("structured_data_reasoning", needs=lambda r: bool(r["target"] or r["answer"]))
