@@ -186,38 +186,17 @@ def test_editor_refuses_files_over_the_size_limit(editor):
 
 
 # -- 3. the Docker backend -----------------------------------------------------------------------------------------
-FAKE_DOCKER = """#!/bin/bash
-if [ "$1" = run ]; then printf '%s\\n' "$@" > "$FAKE_TESTBED/../run_argv"; exit 0; fi
-[ "$1" = exec ] || exit 1
-shift; [ "$1" = -i ] && shift
-shift 3
-cd "$FAKE_TESTBED" && exec "$@"
-"""
-
-
-@pytest.fixture()
-def fake_docker(tmp_path, monkeypatch):
-    bindir, testbed = tmp_path / "bin", tmp_path / "testbed"
-    bindir.mkdir()
-    testbed.mkdir()
-    (bindir / "docker").write_text(FAKE_DOCKER)
-    (bindir / "docker").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_TESTBED", str(testbed))
-    return tmp_path
-
-
-def test_docker_run_gets_the_memory_and_process_limits(fake_docker):
+def test_docker_run_gets_the_memory_and_process_limits(fake_docker_cli):
     backend = DockerBackend(SandboxLimits(memory_mb=300, max_processes=40))
     backend.start(SWETask("x__y-1", "x/y", "abc", "p", image="img"))
     backend.container = None  # nothing to `docker rm`
-    argv = (fake_docker / "run_argv").read_text().split("\n")
+    argv = (fake_docker_cli / "run_argv").read_text().split("\n")
     assert argv[argv.index("--memory") + 1] == "300m" and argv[argv.index("--pids-limit") + 1] == "40"
     info = backend.sandbox_info()
     assert "300 MB" in info["memory_limit"] and "40" in info["process_limit"]
 
 
-def test_docker_output_is_read_through_a_bounded_capture(fake_docker):
+def test_docker_output_is_read_through_a_bounded_capture(fake_docker_cli):
     # in a child process, so that its peak of Python allocations says what one flooding command cost the host
     code = textwrap.dedent("""
         import tracemalloc
@@ -232,7 +211,7 @@ def test_docker_output_is_read_through_a_bounded_capture(fake_docker):
     assert chars < 11_000 and peak_mb < 10, out.stdout
 
 
-def test_docker_command_killed_early_is_not_reported_as_timed_out(fake_docker):
+def test_docker_command_killed_early_is_not_reported_as_timed_out(fake_docker_cli):
     backend = DockerBackend()
     backend.container = "fake"
     # `docker exec` exits 137 for a command the kernel killed (e.g. out of memory) long before the deadline

@@ -139,24 +139,9 @@ def test_total_memory_limit_stops_shared_mappings(local_tasks):
 
 
 # -- E. the Docker backend reads and diffs whole (a stand-in `docker` CLI; no daemon) ---------------------
-FAKE_DOCKER = """#!/bin/bash
-# `docker exec [-i] -w /testbed NAME bash -c INNER` runs INNER in $FAKE_TESTBED on this machine
-[ "$1" = exec ] || { echo "fake docker: only exec" >&2; exit 1; }
-shift; [ "$1" = -i ] && shift
-shift 3
-cd "$FAKE_TESTBED" && exec "$@"
-"""
-
-
 @pytest.fixture()
-def fake_docker(tmp_path, monkeypatch):
-    bindir, testbed = tmp_path / "bin", tmp_path / "testbed"
-    bindir.mkdir()
-    testbed.mkdir()
-    (bindir / "docker").write_text(FAKE_DOCKER)
-    (bindir / "docker").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_TESTBED", str(testbed))
+def fake_docker(fake_docker_cli):
+    testbed = fake_docker_cli / "testbed"
     src = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(800))  # ~22 kB, > max_output_chars
     (testbed / "big.py").write_text(src)
     (testbed / "blob.dat").write_bytes(b"\xff\xfe binary \x00\n")
