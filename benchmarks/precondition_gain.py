@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trace_train.evaluation.replication_table import EPS
 from trace_train.paths import shipped_checkpoint
 
 ENV = "trace/precondition_verification-v0"
@@ -87,7 +88,8 @@ def main() -> None:
             sampled_gain = sampled - result["base_sampled"]["overall"]["rate"]
             print(f"{f'{iteration} it., sampled':22s} {wall:7.0f} {rate(f'it{iteration}_sampled'):>26s} "
                   f"{sampled_gain:+7.3f}")
-    verdict = "met" if best_inside is not None and best_inside >= args.target else "not met"
+    # rates are counts / n: a gain exactly at the target (0.71 - 0.51) is met, not one ulp short of it
+    verdict = "met" if best_inside is not None and best_inside >= args.target - EPS else "not met"
     print(f"target: greedy gain >= {args.target:+.2f} within {args.budget_s:.0f} s -> {verdict} "
           f"(best gain inside the budget {best_inside if best_inside is not None else float('nan'):+.3f})")
 

@@ -19,7 +19,7 @@ import enum
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -43,6 +43,19 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
 def field_names(cls: type) -> list[str]:
     """The keys ``build`` accepts for dataclass ``cls`` (its ``init`` fields, in order)."""
     return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+def check_keys(keys: Iterable[Any], known: Sequence[str], path: str = "") -> None:
+    """:class:`ConfigError` naming the first of ``keys`` that is not one of ``known``, by its full path under
+    ``path``, with the closest known name: the check of every mapping :func:`build` reads, and of a command's
+    top-level keys (``trace_train.commands._app``)."""
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), list(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        more = f" (and {len(unknown) - 1} more: {sorted(map(str, unknown[1:]))})" if len(unknown) > 1 else ""
+        raise ConfigError(f"{_join(path, key)}: unknown key{hint}{more}; known keys: {', '.join(known)}")
 
 
 def _plain(value: Any) -> Any:
@@ -79,13 +92,7 @@ def _dataclass(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields, got {_describe(data)}")
     names = field_names(cls)
-    unknown = [k for k in data if k not in names]
-    if unknown:
-        key = unknown[0]
-        close = difflib.get_close_matches(str(key), names, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        more = f" (and {len(unknown) - 1} more: {sorted(map(str, unknown[1:]))})" if len(unknown) > 1 else ""
-        raise ConfigError(f"{_join(path, key)}: unknown key{hint}{more}; known keys: {', '.join(names)}")
+    check_keys(data, names, path)
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -208,4 +215,4 @@ def _tuple(args: tuple[Any, ...], value: Any, path: str) -> tuple[Any, ...]:
     return tuple(_value(a, item, f"{path}[{i}]") for i, (a, item) in enumerate(zip(args, items)))
 
 
-__all__ = ["ConfigError", "build", "field_names"]
+__all__ = ["ConfigError", "build", "check_keys", "field_names"]

@@ -126,6 +126,12 @@ def _load_adapter(path: Path, name: str) -> LoraAdapter:
     cfg = json.loads(cfg_file.read_text())
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ValueError(f"adapter {name!r}: peft_type {cfg.get('peft_type')!r} is not LORA")
+    if cfg.get("target_parameters"):  # before rank_pattern: peft sets one for these, the user did not
+        raise ValueError(
+            f"adapter {name!r}: LoRA on fused MoE expert parameters (target_parameters={cfg['target_parameters']}) "
+            f"cannot be gated by trace_moe, which gates LoRA on linear modules only; train the adapters with "
+            f"linear targets such as the attention projections (grpo.lora.target_modules=[q_proj,k_proj,v_proj,"
+            f"o_proj], the grpo default)")
     if cfg.get("use_dora"):
         raise ValueError(f"adapter {name!r}: DoRA adapters are not supported")
     if cfg.get("bias", "none") != "none" or cfg.get("lora_bias"):

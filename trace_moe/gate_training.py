@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from trace_moe.composed import ComposedModel
 from trace_moe.examples import GateExample, collate, iter_batches
+from trace_moe.gated_lora import select_slots
 from trace_moe.token_labels import LABEL_KINDS
 
 logger = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def load_balancing_loss(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
         return logits.sum() * 0.0
     probs = sel.float().softmax(-1)
     n = probs.shape[-1]
-    f = F.one_hot(probs.argmax(-1), n).float().mean(0)
+    f = F.one_hot(select_slots(sel, 1)[..., 0], n).float().mean(0)  # the top-1 slots the forward pass ran
     return n * (f * probs.mean(0)).sum()
 
 
@@ -212,7 +213,9 @@ def _train_end_to_end(
             l_lb = torch.stack([load_balancing_loss(lg, gmask) for lg in layer_logits]).mean()
             l_lab = torch.stack([position_label_loss(lg, positions) for lg in layer_logits]).mean()
             loss = l_lm + cfg.lb_coef * l_lb + cfg.label_coef * l_lab
-            (loss / cfg.grad_accum).backward()
+            # the mean over this optimizer step's micro-batches: an epoch's last window may hold fewer
+            window = min(cfg.grad_accum, len(batches) - i // cfg.grad_accum * cfg.grad_accum)
+            (loss / window).backward()
             for k, v in (("lm", l_lm), ("lb", l_lb), ("label", l_lab), ("total", loss)):
                 sums[k] += float(v.detach())
             count += 1

@@ -134,12 +134,24 @@ class BlockGate(nn.Module):
         self.route(output)
 
 
+def select_slots(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``k`` slots a gate chooses for each token (…, k), first choice first: the ``k`` highest gate logits,
+    exact ties going to the lowest slot.
+
+    The one selection rule of the forward pass (:func:`topk_weights`), the routing report, the load-balancing loss
+    and the routing trace. A stable descending sort makes it the same on every device (``torch.topk`` breaks exact
+    ties at a device-dependent slot; ``init='zero'`` ties every slot, a base-bias init every adapter slot)."""
+    return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
 def topk_weights(logits: torch.Tensor, k: int, straight_through: bool = False) -> torch.Tensor:
-    """Switch-style weights: softmax probs kept on the top-k slots, zero elsewhere (not renormalized).
+    """Switch-style weights: softmax probs kept on the top-k slots (:func:`select_slots`), zero elsewhere (not
+    renormalized).
 
     ``straight_through``: 1 on the top-k slots in value, with the probabilities' gradient."""
     probs = logits.softmax(dim=-1)
-    top_p, top_i = probs.topk(k, dim=-1)
+    top_i = select_slots(logits, k)
+    top_p = probs.gather(-1, top_i)
     if straight_through:
         top_p = top_p - top_p.detach() + 1.0
     return torch.zeros_like(probs).scatter(-1, top_i, top_p)

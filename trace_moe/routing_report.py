@@ -11,6 +11,7 @@ import torch
 
 from trace_moe.composed import ComposedModel
 from trace_moe.examples import GateExample, collate, iter_batches
+from trace_moe.gated_lora import select_slots
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def routing_report(composed: ComposedModel, examples: Sequence[GateExample], bat
             composed(input_ids=ids, attention_mask=att, use_cache=False)
         for layer, logits in enumerate(composed.layer_logits()):
             probs = logits.float().softmax(-1)
-            top = probs.argmax(-1)
+            top = select_slots(logits, 1)[..., 0]  # the slot the forward pass ran (ties: the lowest)
             sel_top = top[mask].cpu()
             layer_counts[layer] += torch.bincount(sel_top, minlength=n_slots).float()
             lab = positions[mask].cpu()

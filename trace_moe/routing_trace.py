@@ -22,6 +22,7 @@ import torch
 
 from trace_envs.records import TrajectoryRecord, task_capabilities
 from trace_moe.composed import ComposedModel
+from trace_moe.gated_lora import select_slots
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def route_record(composed: ComposedModel, record: TrajectoryRecord, max_len: int
             # every chosen slot of a top-k gate weighs 1.0; a forced slot weighs 1.0 alone
             heaviest = w >= w.max(-1, keepdim=True).values - 1e-6
             logits = gate.last_logits[0].float().index_select(0, prev).masked_fill(~heaviest, float("-inf"))
-            top_i = logits.argmax(-1)
+            top_i = select_slots(logits, 1)[:, 0]
             top_w = w.gather(-1, top_i[:, None])[:, 0]
             tops.append(top_i)
             weights.append(top_w)

@@ -148,6 +148,31 @@ def command_keys(conf_dir: str | Path, config_name: str) -> list[ConfKey]:
     return with_composed_defaults(keys, written, markers, composed)
 
 
+def top_level_keys(conf_dir: str | Path, config_name: str) -> list[str]:
+    """The top-level keys of a command's composed config: those ``conf/<config_name>.yaml`` sets (but ``defaults``
+    and ``hydra``), then the config groups of its defaults list; a ``@package _global_`` group (``preset``) sets
+    keys of the others and adds none."""
+    import yaml
+
+    conf_dir = Path(conf_dir)
+    doc = yaml.safe_load((conf_dir / f"{config_name}.yaml").read_text(encoding="utf-8")) or {}
+    keys = [str(k) for k in doc if k not in ("defaults", "hydra")]
+    for entry in doc.get("defaults") or []:
+        if not isinstance(entry, dict):
+            continue  # _self_
+        for group, option in entry.items():
+            group = str(group).removeprefix("override ").removeprefix("optional ").strip()
+            group, _, package = group.partition("@")
+            group_file = conf_dir / group / f"{option}.yaml"
+            header = group_file.read_text(encoding="utf-8").splitlines()[:3] if group_file.is_file() else []
+            if package.startswith("_global_") or any("@package _global_" in line for line in header):
+                continue
+            key = (package or group).split("/")[0].split(".")[0]
+            if key not in keys:
+                keys.append(key)
+    return keys
+
+
 def composed_config(conf_dir: Path, config_name: str) -> dict[str, Any] | None:
     """The command's config as Hydra composes it with no overrides (unresolved); None if it cannot be composed."""
     from hydra import compose, initialize_config_dir

@@ -87,6 +87,32 @@ class PolicySpec:
                               max_new_tokens=self.max_new_tokens, greedy=self.greedy)
 
 
+# A pipeline's ``pipeline.policy`` (``trace_train.pipeline.config.PolicyStageConfig``): the sampling keys every
+# model policy it plays carries, and the backend keys (absent from runs made before ``pipeline.policy.kind``
+# existed, which played in-process: hf).
+RUN_POLICY_KEYS = ("render_tools", "temperature", "top_p", "max_new_tokens", "threads")
+RUN_BACKEND_KEYS = ("kind", "base_urls", "served_model", "server")
+
+
+def run_policy_fields(policy: Mapping[str, Any], model: str, kind: str | None = None,
+                      where: str = "pipeline.policy") -> dict[str, Any]:
+    """The :class:`PolicySpec` fields of a pipeline's model policy over ``model``, from its ``pipeline.policy``
+    settings ``policy`` (as a mapping: the config's, or the one its ``pipeline.json`` recorded): the sampling keys,
+    and ``policy['kind']`` (hf, or openai at ``base_urls`` serving ``served_model``, default ``model``, with the
+    ``server`` options) unless ``kind`` is given (``composed``, ``task_router``: in-process). ``ValueError`` (one
+    line, naming ``where``) on the keys ``policy`` lacks; without the backend keys it is hf (runs made before they
+    existed played in-process)."""
+    missing = [key for key in RUN_POLICY_KEYS if key not in policy]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    kind = kind or policy.get("kind") or "hf"
+    fields = {"kind": kind, "model": model, **{key: policy[key] for key in RUN_POLICY_KEYS}}
+    if kind == "openai":
+        fields.update(base_urls=list(policy.get("base_urls") or []), served_model=policy.get("served_model") or model,
+                      server=dict(policy.get("server") or {}))
+    return fields
+
+
 # ``server`` keys of an openai policy: the OpenAIRolloutBackend options a config may set
 SERVER_OPTIONS = ("routing", "timeout", "retries", "backoff", "max_concurrency", "api_key", "load_inplace",
                   "max_turns", "max_context")

@@ -21,13 +21,14 @@ def _intents(env: RetailSimEnv, seeds) -> list[dict]:
     return [i for s in seeds for i in env.reset(seed=s)[1]["task"]["intents"]]
 
 
-def test_the_gift_card_rate_sets_the_share_of_eligible_returns_asking_for_it_and_keeps_the_draws():
+def test_the_gift_card_rate_sets_the_share_of_eligible_returns_asking_for_it_and_keeps_the_requested_order():
     seeds = range(200)
     by_rate = {r: _intents(RetailSimEnv(n_intents=1, kinds=["return"], gift_card_rate=r), seeds)
                for r in (0.0, 0.5, 1.0)}
     eligible = [i["eligible"] for i in by_rate[0.5]]
     for intents in by_rate.values():
-        # the same orders, items and eligibility at every rate: only the threshold of one draw moves
+        # a one-return task keeps its requested order, item and eligibility at every rate (the draws after the
+        # rate's decision, e.g. the gift card's balance, can move: see scenario.generate_scenario)
         assert [(i["order_id"], i["item_id"], i["eligible"]) for i in intents] == \
             [(i["order_id"], i["item_id"], i["eligible"]) for i in by_rate[0.5]]
         asks = [i["refund_to_gift_card"] for i in intents]

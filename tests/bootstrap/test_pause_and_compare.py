@@ -118,6 +118,11 @@ def test_the_cli_pauses_with_its_own_exit_code_and_refuses_an_existing_export(tm
     (checkpoint,) = (tmp_path / "cache").glob("*/checkpoint.pt")
     assert torch.load(checkpoint, weights_only=False)["step"] == 1  # refused before any training
     shipped = REPO_ROOT / "checkpoints" / "retail-sim-tiny"
+    code, _, err = _bootstrap_cli(tmp_path, capsys, f"export_to={export}", "if_exists=overwrite")
+    assert code == 2 and "not an exported model directory" in err  # overwrite replaces only an exported model
+    assert (export / "keep.txt").read_text() == "mine"
+    for name in ("bootstrap.json", "config.json"):  # now it is one (an earlier export)
+        (export / name).write_text("{}")
     code, _, err = _bootstrap_cli(tmp_path, capsys, f"export_to={export}", "if_exists=overwrite",
                                   f"compare_to={shipped}")
     assert code == 0, err

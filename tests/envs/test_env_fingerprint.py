@@ -35,8 +35,9 @@ HOSTILE = [
 EXPECTED = {
     "trace/retail-sim-v0": "0fb462563904c0b74661000b8fc5738f3a5b2a93238c128ba90a9e165f12959e",
     # session 29: ownership cases give the user an order of their own (no empty order list to read the refusal
-    # off); before that the digest was 59d492c4...
-    "trace/precondition_verification-v0": "145d69f27aaccec1a7cdecad164f03a4cb42b02583f2ff94f3ce92b45d92f61a",
+    # off); before that the digest was 59d492c4... Session 43: a refusal case's reward breakdown gained ``checked``
+    # (a refusal counts only after a read of the entity); without that key the digest is the old 145d69f2...
+    "trace/precondition_verification-v0": "b360f3060fc20ff477748c8164a73ffb2d9ec8298072d014c089148fccda9bc1",
     "trace/structured_data_reasoning-v0": "4a370a9ca5a815a1f4c3fa4f1624f7b955bf6cf436309b67b60e37f629fae7b1",
     # session 22: the terminal info gained ``stray_writes``; without that key the digest is the old 2d0e1ed6...
     "trace/multi_step_task_completion-v0": "410bbc8c3078167cbb6a48b2e82501f96b7d7a28453bacc5db5e829458ce3b86",

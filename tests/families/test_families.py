@@ -103,9 +103,11 @@ def test_refusal_detector():
 def test_an_explained_refusal_scores_one_whatever_its_phrasing(refusal):
     env = gym.make("trace/precondition_verification-v0")
     oid = lambda t: t["intents"][0]["order_id"]  # noqa: E731
-    assert _play_actions(env, 5, lambda t: [refusal.format(oid=oid(t))], {"case": "ownership"})[0] == 1.0
+    look = lambda t: format_tool_call("get_order_details", {"order_id": oid(t)})  # noqa: E731
+    assert _play_actions(env, 5, lambda t: [look(t), refusal.format(oid=oid(t))], {"case": "ownership"})[0] == 1.0
     # naming an order id that only starts like the refused one does not explain the refusal
-    assert _play_actions(env, 5, lambda t: [refusal.format(oid=oid(t) + "7")], {"case": "ownership"})[0] == 0.5
+    assert _play_actions(env, 5, lambda t: [look(t), refusal.format(oid=oid(t) + "7")],
+                         {"case": "ownership"})[0] == 0.5
 
 
 def test_a_question_is_answered_by_the_value_not_by_a_prefix_of_it():
@@ -140,10 +142,14 @@ def test_precondition_reward_table():
             "return_delivered_order_items", {"order_id": oid(t), "item_ids": [t["intents"][0]["item_id"]],
                                              "payment_method_id": t["original_payment"]})
     own = {"case": "ownership"}
+    look = lambda t: format_tool_call("get_order_details", {"order_id": oid(t)})  # noqa: E731
     explained = lambda t: [f"I cannot change order {oid(t)}: it belongs to another customer."]  # noqa: E731
-    assert _play_actions(env, 1, explained, own)[0] == 1.0
-    assert _play_actions(env, 1, lambda t: ["Sorry, I cannot do that."], own)[0] == 0.5
-    assert _play_actions(env, 1, lambda t: ["Okay."], own)[0] == 0.0
+    # a refusal counts only after the agent read the order (session 43): without the read, it scores 0
+    assert _play_actions(env, 1, lambda t: [look(t), *explained(t)], own)[0] == 1.0
+    assert _play_actions(env, 1, explained, own)[0] == 0.0
+    assert _play_actions(env, 1, lambda t: [look(t), "Sorry, I cannot do that."], own)[0] == 0.5
+    assert _play_actions(env, 1, lambda t: ["Sorry, I cannot do that."], own)[0] == 0.0
+    assert _play_actions(env, 1, lambda t: [look(t), "Okay."], own)[0] == 0.0
     assert _play_actions(env, 1, lambda t: [write(t), f"Done with {oid(t)}."], own)[0] == 0.0
     allow = {"case": "allow"}
     assert _play_actions(env, 2, lambda t: [write(t), f"Order {oid(t)} is done."], allow)[0] == 1.0

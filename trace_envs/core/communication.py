@@ -16,6 +16,9 @@ listing candidate totals ("$1 $2 … $1299") or a hedge beside a made-up amount 
 $551.53)") tells nothing; answers to several questions, and other amounts in other texts (a refund after the
 answer), stand. The check judges each text on its own: a wrong amount said in another turn, before or after the
 right one, is not refused (telling which question a later amount answers would need the question's entity).
+
+A refusal is told by :func:`is_refusal` (the one refusal detector: the target's ineligible requests and the
+precondition family's refusal cases both judge by it).
 """
 
 from __future__ import annotations
@@ -28,12 +31,23 @@ _DOLLARS = re.compile(r"\$\s?(\d+(?:\.\d+)?)")
 _BARE = re.compile(r"(?<![\d.$])(\d+(?:\.\d+)?)(?!\d)")
 _ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 CENT = 0.005
+_REFUSAL = re.compile(
+    r"\b(cannot|can't|can ?not|unable|not able|will not|won't|refuse|refusing|decline|not allowed|not permitted|"
+    r"not eligible|ineligible|not possible|not authori[sz]ed|unauthori[sz]ed|isn't (?:allowed|permitted|eligible|"
+    r"possible)|am not going to|not going to be able|can no longer|no longer be|can only|only \w+ orders? can|"
+    r"not your order|belongs to (?:another|a different|someone)|do(?:es)? not belong|doesn't belong)\b",
+    re.IGNORECASE)
 
 
 def assistant_texts(transcript: list[dict[str, Any]]) -> list[str]:
     """The non-empty assistant texts of a transcript, in order."""
     texts = (m.get("content") or "" for m in transcript if m.get("role") == "assistant")
     return [t for t in texts if t.strip()]
+
+
+def is_refusal(text: str) -> bool:
+    """Small refusal detector: the text says the agent cannot / will not do it."""
+    return bool(_REFUSAL.search(text.replace("’", "'")))
 
 
 def dollar_amounts(text: str) -> list[float]:

@@ -27,7 +27,8 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 MAX_JSON_DEPTH = 32  # containers, the call object included; real tool calls nest 2-5 levels
 MAX_INT_BITS = 13_000  # ~3,900 decimal digits: under Python's default int<->str limit (4,300)
-NAME_ECHO_CHARS = 80  # an agent-chosen name (tool, argument) is echoed back at most this long
+NAME_ECHO_CHARS = 80  # an agent-chosen name (tool, argument) is echoed back at most this long; a longer call id is
+# dropped (the env assigns ``call_<n>``), so no agent-chosen string outgrows an observation's shared-memory slot
 _COMPACT = (",", ":")  # the chat template renders tool calls compactly; emit the same bytes
 _CLOSE_TRIES = 8  # close tags tried per block before the first one is taken (bounds the work on hostile text)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -158,6 +159,8 @@ def _call_from_obj(obj: Any, cleaner: _Cleaner) -> tuple[ToolCall | None, str | 
     if "function" in obj and isinstance(obj["function"], dict):  # OpenAI tool_calls entry
         raw_id = obj.get("id")
         call_id = raw_id if isinstance(raw_id, str) else "" if raw_id is None else json.dumps(raw_id)
+        if len(call_id) > NAME_ECHO_CHARS:  # echoed in the tool message: a longer one is dropped, the env numbers it
+            call_id = ""
         obj = obj["function"]
     else:
         call_id = ""

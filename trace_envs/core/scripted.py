@@ -4,10 +4,17 @@
   the next observation); ``act`` drives it and closes the conversation once it is spent.
 * :class:`ScriptedUserReplies`: the scripted user's reply rules (stop on a non-question, yes to a
   confirmation, the identity when asked for it, a bounded number of idle replies).
+
+What counts as a confirmation question (:func:`asks_to_confirm`): a turn with a "?" that says "confirm" (as the
+scripted experts' "Please confirm: ...?"), or that asks leave to act in the usual words -- "proceed", "go ahead",
+"shall I", "should I", "would you like me to", "do you want me to", "is that ok(ay)" (whole words, any case). A
+permission phrase answers "yes" only when the turn asks for no identity detail: "Before I go ahead, what is your
+email?" gets the identity. Any other question ("Which order?", "Anything else?") is idle talk.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -15,6 +22,14 @@ from trace_envs.core.tool_env import STOP_TOKEN, UserReply
 
 Observation = list[dict[str, Any]]
 Script = Generator[str, Observation, None]
+_LEAVE_TO_ACT = re.compile(r"\b(proceed|go ahead|shall i|should i|would you like me to|do you want me to|"
+                           r"is (?:that|this) (?:ok|okay))\b", re.IGNORECASE)
+
+
+def asks_to_confirm(text: str) -> bool:
+    """Whether an assistant turn asks the user to confirm: a question that says "confirm" or asks leave to act
+    (see the module docstring). Identity questions are judged first by :class:`ScriptedUserReplies`."""
+    return "?" in text and ("confirm" in text.lower() or bool(_LEAVE_TO_ACT.search(text.replace("’", "'"))))
 
 
 def last_tool_output(obs: Observation) -> str:
@@ -57,7 +72,8 @@ class ScriptedUserReplies:
         raise NotImplementedError
 
     def reply(self, assistant_text: str) -> UserReply:
-        """Stop on a non-question; "yes" to a confirmation; the identity when asked; else go ahead (bounded)."""
+        """Stop on a non-question; "yes" to "confirm"; the identity when asked; "yes" to a request for leave to act
+        (:func:`asks_to_confirm`); else go ahead (bounded: the user stops after ``max_idle_replies`` idle turns)."""
         text = assistant_text.lower()
         if "?" not in text:
             return UserReply(STOP_TOKEN, stop=True)
@@ -65,6 +81,8 @@ class ScriptedUserReplies:
             return UserReply("yes")
         if any(word in text for word in self.identity_words):
             return UserReply(self._identity_text())
+        if asks_to_confirm(assistant_text):
+            return UserReply("yes")
         self.idle_replies += 1
         if self.idle_replies > self.max_idle_replies:
             return UserReply(STOP_TOKEN, stop=True)

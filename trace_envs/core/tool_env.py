@@ -16,7 +16,8 @@ Protocol per ``step(action)``:
 * ``max_errors`` errors or ``max_steps`` assistant turns truncate the episode (reward 0); both are at least 1;
 * a tool message's content is cut to ``MAX_TOOL_MESSAGE_CHARS`` and an agent-chosen tool name echoed in its
   ``name`` to ``NAME_ECHO_CHARS`` (so one hostile call cannot outgrow an observation's shared-memory slot);
-* calls without an id get ``call_<n>``, numbered through the episode, skipping any id the agent chose itself;
+* calls without an id get ``call_<n>``, numbered through the episode, skipping any id the agent chose itself (an
+  agent id longer than ``NAME_ECHO_CHARS`` is dropped by the parser, so it gets one too);
 * a turn runs at most ``MAX_CALLS_PER_TURN`` calls (malformed ones included; the rest are one ``Error:`` message),
   and when a step's messages would still outgrow the observation space's ``max_bytes`` (the async vector env's
   shared-memory slot) every tool message is cut to an equal share of it.

@@ -95,6 +95,13 @@ class Domain(ABC):
     def replay(self, db: dict[str, Any], actions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """Gold replay on a copy of ``db``."""
 
+    def scoring_gold(self, requests: list[Request], writes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+        """The gold actions an episode's end state is judged against, given the agent's write calls (``{"name",
+        "arguments", "error"}``, in order): the requests' own gold by default. A domain whose requests leave a
+        choice open (retail: the payment method of an exchange or item change the user named none for) takes that
+        choice as the agent made it, so any end state the user would accept matches."""
+        return [action for request in requests for action in request.gold_actions]
+
     def refuse_call(self, name: str, arguments: dict[str, Any]) -> str | None:
         """Why a well-formed call to one of this domain's tools is refused before it runs (an ``Error:``
         observation, as a malformed call), or ``None``: every call runs (the default)."""

@@ -25,7 +25,14 @@ from trace_envs.retail_sim.scenario import (
     gold_action,
     required_capabilities,
 )
-from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
+from trace_envs.retail_sim.tools import (
+    WRITE_TOOLS,
+    build_toolbox,
+    db_hash,
+    payment_left_open,
+    replay,
+    settle_as_chosen,
+)
 from trace_envs.retail_sim.user import ScriptedUser
 
 _GOOD_STATUS = {"cancel": "pending", "return": "delivered"}
@@ -43,6 +50,15 @@ def retail_request_kinds(purpose: str) -> tuple[str, ...]:
     if purpose not in RETAIL_REQUEST_KINDS:
         raise ValueError(f"unknown request purpose {purpose!r}; known: {sorted(RETAIL_REQUEST_KINDS)}")
     return RETAIL_REQUEST_KINDS[purpose]
+
+
+def retail_scoring_gold(requests: list[Request], writes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """``Domain.scoring_gold`` of the retail domains (retail-sim and τ² retail): an exchange or item change whose
+    request names no payment method is right with any method of the user the tools accept
+    (``trace_envs.retail_sim.tools.settle_as_chosen``, the rule the retail-sim target judges by too)."""
+    gold = [action for request in requests for action in request.gold_actions]
+    words = {r.entity_id: f"{r.utterance} {r.details.get('correction', '')}" for r in requests}
+    return settle_as_chosen(gold, writes, [oid for oid, text in words.items() if payment_left_open(text)])
 
 
 @dataclass
@@ -86,6 +102,9 @@ class RetailSimDomain(Domain):
 
     def db_hash(self, db: dict[str, Any]) -> str:
         return db_hash(db)
+
+    def scoring_gold(self, requests: list[Request], writes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+        return retail_scoring_gold(requests, writes)
 
     def entity_states(self, db: dict[str, Any]) -> dict[str, Any]:
         states = {f"order:{k}": v for k, v in db["orders"].items()}

@@ -19,7 +19,7 @@ import numpy as np
 
 from trace_envs.domains.base import Request
 from trace_envs.domains.errors import DrawFailed
-from trace_envs.domains.retail_sim import retail_request_kinds
+from trace_envs.domains.retail_sim import retail_request_kinds, retail_scoring_gold
 from trace_envs.domains.tau2_common import (
     AUTH_WORDS,
     OWNERSHIP_WORDS,
@@ -63,6 +63,10 @@ class Tau2RetailDomain(Tau2FamilyDomain):
         most = min(max(len(db.orders[o].items) for u in users for o in db.users[u].orders if o in db.orders)
                    for users in self._users.values())
         self.setting_ranges = {"n_records": (2, most)}
+
+    def scoring_gold(self, requests: list[Request], writes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+        """An exchange or item change the user named no payment method for: any method tau2's tools accept."""
+        return retail_scoring_gold(requests, writes)
 
     # -- world -----------------------------------------------------------------------------------
     def new_world(self, rng: np.random.Generator, split: str = "train") -> Tau2FamilyWorld:

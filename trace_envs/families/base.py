@@ -1,5 +1,7 @@
 """Shared machinery of the capability env families: the episode over a domain, the family env base
-class, the refusal detector and the communicate check.
+class, what a refusal must rest on (:func:`checked_at`: the agent read the record it refuses about) and the
+explained-refusal check. The refusal detector itself is ``trace_envs.core.communication.is_refusal`` (re-exported
+here), shared with the retail-sim target.
 
 Every family episode keeps the target's tools, policy and message protocol (the domain's ToolBox,
 policy text and scripted user) and annotates ``info['task']`` with the domain's task annotation plus
@@ -14,14 +16,14 @@ capability hint to the system prompt; the task drawn from the seed is the same w
 from __future__ import annotations
 
 import copy
-import re
+import json
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trace_envs.core.communication import mentions
+from trace_envs.core.communication import is_refusal, mentions  # noqa: F401  (is_refusal: re-exported)
 from trace_envs.core.parsing import ToolCall
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.domains import Domain, Request, get_domain
@@ -31,15 +33,63 @@ from trace_envs.splits import split_of
 
 MAX_DRAWS = 200
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
-_REFUSAL = re.compile(
-    r"\b(cannot|can't|can ?not|unable|not able|will not|won't|refuse|refusing|decline|not allowed|not permitted|"
-    r"not eligible|ineligible|not possible|not authori[sz]ed|unauthori[sz]ed|isn't (?:allowed|permitted|eligible|"
-    r"possible)|am not going to|not going to be able)\b", re.IGNORECASE)
+IDENTITY_CASES = frozenset({"authentication"})  # refusal cases whose failed precondition is the user's identity
 
 
-def is_refusal(text: str) -> bool:
-    """Small refusal detector: the text says the agent cannot / will not do it."""
-    return bool(_REFUSAL.search(text.replace("’", "'")))
+def tool_results(transcript: list[dict[str, Any]]) -> list[tuple[int, str, Any, str]]:
+    """``(index, tool name, decoded arguments, output)`` of every tool message of ``transcript`` that answers a call of
+    an assistant message (matched by ``tool_call_id``; ``Error:`` messages of malformed calls answer none)."""
+    calls: dict[str, list[tuple[str, Any]]] = {}
+    found = []
+    for index, message in enumerate(transcript):
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except (json.JSONDecodeError, TypeError):
+                    arguments = {}
+                calls.setdefault(str(call.get("id")), []).append((str(function.get("name")), arguments))
+        elif message.get("role") == "tool":
+            queue = calls.get(str(message.get("tool_call_id")))
+            if queue:
+                name, arguments = queue.pop(0)
+                found.append((index, name, arguments, str(message.get("content") or "")))
+    return found
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return [s for v in values for s in _strings(v)]
+
+
+def checked_at(transcript: list[dict[str, Any]], request: Request, write_tools: frozenset[str],
+               identify: tuple[str, dict[str, Any]] | None = None) -> int | None:
+    """Where (the transcript index of the tool message) the agent first read what a refusal of ``request`` rests on,
+    or ``None`` when it never did. The rule every domain's refusal cases share: a successful call to a non-write
+    tool whose arguments name the entity (``request.entity_id``) and whose result returns it (the order, the
+    reservation). A case whose precondition is the user's identity (``IDENTITY_CASES``: τ²'s authentication) is
+    read as well by the failed identification lookup the user's words call for: ``identify`` (the domain's
+    identification call, tool and arguments), made with those arguments and answered ``Error:``."""
+    entity = request.entity_id
+    for index, name, arguments, output in tool_results(transcript):
+        if name in write_tools:
+            continue
+        failed = output.startswith("Error")
+        if not failed and entity in _strings(arguments) and entity in output:
+            return index
+        if (failed and identify is not None and request.case in IDENTITY_CASES and name == identify[0]
+                and _same_arguments(arguments, identify[1])):
+            return index
+    return None
+
+
+def _same_arguments(given: Any, stated: dict[str, Any]) -> bool:
+    if not isinstance(given, dict) or set(given) != set(stated):
+        return False
+    return all(str(given[k]).strip().lower() == str(v).strip().lower() for k, v in stated.items())
 
 
 def refusal_explained(text: str, request: Request) -> bool:
@@ -102,11 +152,21 @@ class FamilyEpisode(Episode):
         if name in self.domain.write_tools:
             self.write_calls.append({"name": name, "arguments": arguments, "error": error})
 
+    def scoring_gold_db(self) -> Any:
+        """The gold end state this episode is judged against: the replay of the domain's ``scoring_gold`` (the
+        requests' gold, with any choice the user left open taken as the agent made it, e.g. retail's payment method
+        of an exchange); ``gold_db`` itself when that is the requests' own gold."""
+        actions = self.domain.scoring_gold(self.requests, self.write_calls)
+        if actions == self.gold_actions:
+            return self.gold_db
+        return self.domain.replay(self.initial_db, actions)
+
     def db_matches_gold(self) -> bool:
+        gold_db = self.scoring_gold_db()
         same_state = getattr(self.domain, "same_state", None)  # optional hook: equal hashes, cheaper
         if same_state is not None:
-            return bool(same_state(self.db, self.gold_db))
-        return self.domain.db_hash(self.db) == self.domain.db_hash(self.gold_db)
+            return bool(same_state(self.db, gold_db))
+        return self.domain.db_hash(self.db) == self.domain.db_hash(gold_db)
 
     def score(self, transcript: list[dict[str, Any]], termination: str) -> Score:
         if termination not in NORMAL_ENDINGS:

@@ -52,7 +52,7 @@ class MultiStepTaskCompletionEnv(FamilyEnv):
 
     def score_episode(self, episode: FamilyEpisode, transcript: list[dict[str, Any]]) -> Score:
         domain = episode.domain
-        final, gold = domain.entity_states(episode.db), domain.entity_states(episode.gold_db)
+        final, gold = domain.entity_states(episode.db), domain.entity_states(episode.scoring_gold_db())
         keys = [domain.entity_key(r) for r in episode.requests]
         done = [final.get(k) == gold.get(k) for k in keys]
         stray = stray_writes(episode)

@@ -7,6 +7,12 @@ such as ownership, which the tools would accept, or tool-enforced ones such as s
 (paper §3.3): refusal case — 0 if any write tool is called, 1.0 for a refusal that names the entity
 and the reason, 0.5 for a bare refusal, 0 otherwise; allowed case — 1.0 for the gold end state with
 the entity named to the user, 0.5 for the gold end state alone, 0 otherwise.
+
+A refusal counts only when it comes after the agent read the record it refuses about
+(``trace_envs.families.base.checked_at``: a successful read call naming the entity that returned it, or, for τ²
+retail's authentication case, the failed lookup of the identity the user gave): a refusal made without looking
+(every case's reason words in one text, sent before any tool call) scores 0, as the target's ``success`` does not
+count a refusal that guessed.
 """
 
 from __future__ import annotations
@@ -15,16 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from trace_envs.core.communication import assistant_texts, communicated
+from trace_envs.core.communication import assistant_texts, communicated, is_refusal
 from trace_envs.core.kwarg_checks import number
 from trace_envs.core.tool_env import Score
-from trace_envs.families.base import (
-    FamilyEnv,
-    FamilyEpisode,
-    FamilyTask,
-    is_refusal,
-    refusal_explained,
-)
+from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, checked_at, refusal_explained
 
 ENFORCED_CASES = ("status",)  # refusal cases whose write the tools themselves reject
 
@@ -79,9 +79,14 @@ class PreconditionVerificationEnv(FamilyEnv):
         db_ok = episode.db_matches_gold()
         if request.must_refuse:
             wrote = bool(episode.write_calls)
-            explained = any(is_refusal(t) and refusal_explained(t, request) for t in texts)
-            reward = 0.0 if wrote or not db_ok else (1.0 if explained else 0.5 if refused else 0.0)
-            breakdown = {"no_write": float(not wrote), "refused": float(refused), "explained": float(explained)}
+            lookups = episode.domain.lookup_calls(episode.world, episode.requests)
+            read = checked_at(transcript, request, episode.domain.write_tools, identify=lookups[0] if lookups else None)
+            grounded = [] if read is None else assistant_texts(transcript[read + 1:])  # what it said after reading
+            refused_after = any(is_refusal(t) for t in grounded)
+            explained = any(is_refusal(t) and refusal_explained(t, request) for t in grounded)
+            reward = 0.0 if wrote or not db_ok else (1.0 if explained else 0.5 if refused_after else 0.0)
+            breakdown = {"no_write": float(not wrote), "checked": float(read is not None),
+                         "refused": float(refused_after), "explained": float(explained)}
         else:
             told = communicated(transcript, [request.entity_id])
             acted = _attempted_gold_write(episode, request)

@@ -1,9 +1,14 @@
 """``trace/retail-sim-v0``: the built-in, offline target shaped like τ²-Bench retail.
 
 Reward (τ²-style): 0 unless the episode ended normally (user stop, agent stop or transfer); else
-[end-state DB hash == gold replay's] × [every required string communicated]. ``success`` is stricter
-("grounded"): reward 1 *and* every id the agent passed to a tool named a real entity *and* the agent
-looked up every order it was asked about — so a refusal that guessed does not count.
+[end-state DB hash == gold replay's] × [every required string communicated]. An ineligible request (another
+customer's order, a status that forbids it) is communicated only by an assistant text that refuses
+(``trace_envs.core.communication.is_refusal``) and names its order, with no write on that order the tools accepted:
+the order id alone is in the user's own opening. The gold replay takes the payment method of an exchange or item
+change whose request names none as the agent chose it, when the tools accepted it
+(``trace_envs.retail_sim.tools.settle_as_chosen``). ``success`` is stricter ("grounded"): reward 1 *and* every id the
+agent passed to a tool named a real entity *and* the agent looked up every order it was asked about — so a refusal
+that guessed does not count.
 
 ``reset(options={"hint": True})`` (paper §3.5, ``trace_envs.hints``) appends the hint of one capability
 the task requires (chosen from the task itself, so the seed's draw is unchanged); a task that requires
@@ -15,14 +20,21 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from trace_envs.core.communication import communicated
+from trace_envs.core.communication import assistant_texts, communicated, is_refusal, mentions
 from trace_envs.core.kwarg_checks import choices, integer
 from trace_envs.core.tool_env import Episode, Score, ToolUseEnv, UserReply
 from trace_envs.core.tree_copy import copy_tree
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 from trace_envs.retail_sim.policy import POLICY
 from trace_envs.retail_sim.scenario import INTENT_KINDS, Scenario, check_gift_card_rate, generate_scenario
-from trace_envs.retail_sim.tools import WRITE_TOOLS, build_toolbox, db_hash, replay
+from trace_envs.retail_sim.tools import (
+    WRITE_TOOLS,
+    build_toolbox,
+    db_hash,
+    payment_left_open,
+    replay,
+    settle_as_chosen,
+)
 from trace_envs.retail_sim.user import ScriptedUser
 
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
@@ -106,13 +118,24 @@ class RetailSimEpisode(Episode):
             self.writes.append({"name": name, "arguments": arguments, "error": error})
 
     def score(self, transcript: list[dict[str, Any]], termination: str) -> Score:
-        gold_hash = db_hash(replay(self.initial_db, self.scenario.gold_actions))
+        intents = self.scenario.intents
+        gold = settle_as_chosen(self.scenario.gold_actions, self.writes,
+                                [i.order_id for i in intents if payment_left_open(i.utterance)])
+        gold_hash = db_hash(replay(self.initial_db, gold))
         db_ok = float(termination in NORMAL_ENDINGS and db_hash(self.db) == gold_hash)
-        comm_ok = float(termination in NORMAL_ENDINGS and communicated(transcript, self.scenario.communicate))
+        comm_ok = float(termination in NORMAL_ENDINGS and communicated(transcript, self.scenario.communicate)
+                        and all(self.refused(i.order_id, transcript) for i in intents if not i.eligible))
         reward = db_ok * comm_ok
         info = self.diagnostics()
         success = reward == 1.0 and info["ids_grounded"] and info["orders_checked"]
         return Score(reward=reward, success=success, breakdown={"db": db_ok, "communicate": comm_ok}, info=info)
+
+    def refused(self, order_id: str, transcript: list[dict[str, Any]]) -> bool:
+        """An ineligible request on ``order_id`` is told: a text that refuses names the order, and no write on it
+        went through (a write the tools rejected, as on a status that forbids it, changed nothing)."""
+        wrote = any(not w["error"] and isinstance(w["arguments"], dict) and w["arguments"].get("order_id") == order_id
+                    for w in self.writes)
+        return not wrote and any(is_refusal(t) and mentions(t, order_id) for t in assistant_texts(transcript))
 
     def diagnostics(self) -> dict[str, Any]:
         return {

@@ -146,6 +146,9 @@ class WorldBuilder:
         }
 
     def ensure_gift_card(self) -> str:
+        """The user's gift card, added to their payment methods if missing. It takes draws from the rng: the card
+        when the user has none yet, and the balance on every call (``setdefault`` evaluates it even for a card on
+        file), so a task that calls it draws differently from then on than one that does not."""
         if self.gift_card is None:
             self.gift_card = self.p.gift_cards[int(self.rng.integers(len(self.p.gift_cards)))]
         methods = self.db["users"][self.user.user_id]["payment_methods"]
@@ -303,7 +306,11 @@ def check_gift_card_rate(rate: float) -> None:
 def generate_scenario(rng: np.random.Generator, seed: int | None = None, n_intents: int | None = None,
                       kinds: list[str] | None = None, gift_card_rate: float = 0.5) -> Scenario:
     """Draw one task from ``rng`` (the env's ``np_random``). ``gift_card_rate``: the share of eligible returns whose
-    user asks for the refund on a gift card (the same draws at any rate, so 0.5 is the target's own mix)."""
+    user asks for the refund on a gift card (0.5 is the target's own mix). Each eligible return draws one uniform u
+    and asks iff u < rate, but a return that asks then draws the gift card and its balance
+    (:meth:`WorldBuilder.ensure_gift_card`), so two rates draw the same task only up to the first eligible return
+    they decide differently: from there on its later requests, the filler order and the identity mode
+    (``identify_by``) can differ. A task with one return keeps its request (order, item, eligibility) at any rate."""
     check_gift_card_rate(gift_card_rate)
     b = WorldBuilder(rng)
     n = n_intents or int(rng.choice(len(_N_INTENT_PROBS), p=_N_INTENT_PROBS)) + 1

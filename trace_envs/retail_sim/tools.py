@@ -11,12 +11,18 @@ import ast
 import hashlib
 import json
 import operator
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from trace_envs.core.tools import STR, STR_LIST, ToolBox, ToolError, ToolSpec, params
 from trace_envs.core.tree_copy import copy_tree
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
+# The writes that settle a price difference with one of the user's payment methods (an exchange, an item change).
+SETTLEMENT_TOOLS = frozenset({"exchange_delivered_order_items", "modify_pending_order_items"})
+_PAYMENT_WORDS = re.compile(r"gift[ _]?card|credit[ _]?card|debit[ _]?card|paypal|payment method|"
+                            r"\bpa(?:y|ying|id) (?:\w+ ){0,3}?with\b|\bcharged?\b", re.IGNORECASE)
 ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -320,6 +326,34 @@ def replay(db: dict[str, Any], actions: list[tuple[str, dict[str, Any]]]) -> dic
     for name, args in actions:
         box.call(name, args)
     return db
+
+
+def payment_left_open(request_text: str) -> bool:
+    """Whether a request leaves its payment method open: its words (what the user said about it) name none -- no
+    card, PayPal, "payment method", "pay with" or "charge". Where a user does name one (a return "with the refund
+    on my gift card", an airline change "paid with credit_card_..."), only that method is right."""
+    return not _PAYMENT_WORDS.search(request_text)
+
+
+def settle_as_chosen(gold: list[tuple[str, dict[str, Any]]], writes: list[dict[str, Any]],
+                     open_orders: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``gold`` with the payment method of each exchange / item change (``SETTLEMENT_TOOLS``) on an order of
+    ``open_orders`` (requests that leave the method open, :func:`payment_left_open`) taken from the agent's first
+    write of that tool on that order the tools accepted (``writes``: ``{"name", "arguments", "error"}``, in order):
+    the tools accept only a method of the order's owner that covers the difference (a gift card's balance), so any
+    such method the user would accept passes, and the rest of the end state must still equal the gold's. An action
+    the agent never wrote successfully keeps the gold's method."""
+    open_orders = set(open_orders)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name, args in gold:
+        if name in SETTLEMENT_TOOLS and args.get("order_id") in open_orders:
+            chosen = next((w["arguments"].get("payment_method_id") for w in writes
+                           if w["name"] == name and not w["error"] and isinstance(w["arguments"], dict)
+                           and w["arguments"].get("order_id") == args["order_id"]), None)
+            if isinstance(chosen, str) and chosen != args.get("payment_method_id"):
+                args = {**args, "payment_method_id": chosen}
+        out.append((name, args))
+    return out
 
 
 def tool_vocabulary() -> list[str]:

@@ -127,13 +127,24 @@ def sandbox_env(home: Path | str) -> dict[str, str]:
     }
 
 
-def _limit_child(limits: SandboxLimits, timeout_s: float) -> None:  # runs in the child between fork and exec
+def _limit_child(limits: SandboxLimits, cpu_s: int) -> None:  # runs in the child between fork and exec
     mem = limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     size = limits.file_size_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    cpu = int(timeout_s) + 5
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+
+
+def spawn(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimits, cpu_s: int, stdin=subprocess.DEVNULL,
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """Start ``argv`` (a launcher command line, ``confinement.launcher_argv``) in a session of its own, each process
+    capped by ``limits`` (``RLIMIT_AS`` memory, ``RLIMIT_FSIZE`` file size) and ``cpu_s`` CPU seconds.
+
+    The one place a sandboxed command is started: :func:`execute` (run to the end) and the LLM env worker
+    (``trace_envs.synthesis.llm.confined_env``: a persistent process on pipes) both launch through it.
+    """
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                            start_new_session=True, preexec_fn=lambda: _limit_child(limits, cpu_s), pass_fds=pass_fds)
 
 
 class OutputCapture:
@@ -212,11 +223,8 @@ def execute(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimi
     ``errors``: how the output is decoded (``surrogateescape`` keeps bytes that are not UTF-8).
     """
     limit = max_chars or limits.max_output_chars
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True,
-        preexec_fn=lambda: _limit_child(limits, timeout_s), pass_fds=pass_fds,
-    )
+    proc = spawn(argv, cwd, env, limits, int(timeout_s) + 5,
+                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, pass_fds=pass_fds)
     group = conf.SandboxProcesses(proc.pid, token, scan)
     out, err = OutputCapture(4 * limit), OutputCapture(4 * limit)
     readers = [threading.Thread(target=drain, args=(proc.stdout, out), daemon=True)]

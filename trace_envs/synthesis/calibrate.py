@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -282,20 +283,35 @@ def domain_ladder(capability: str, domain: str, candidates: list[dict[str, Any]]
     return ladder
 
 
+def check_search_kwargs(capability: str, cfg: SynthesisConfig, env_kwargs: Mapping[str, Any] | None
+                        ) -> dict[str, Any]:
+    """``env_kwargs`` for every candidate of :func:`search_knobs` (a copy); ``ValueError`` when one names the domain
+    (``synthesis.domain`` sets it) or a knob the candidates set (the search would replace it)."""
+    env_kwargs = dict(env_kwargs or {})
+    searched = sorted({k for knobs in cfg.search.ladder(capability, cfg.domain) for k in knobs} | {"domain"})
+    clash = sorted(set(env_kwargs) & set(searched))
+    if clash:
+        raise ValueError(f"env_kwargs {clash}: the search sets {', '.join(searched)} itself (the domain from "
+                         "synthesis.domain); drop them from env_kwargs, or calibrate one setting with search=false")
+    return env_kwargs
+
+
 def search_knobs(capability: str, cfg: SynthesisConfig, policy_factory: PolicyFactory | None = None,
-                 on_trial: Callable[[Trial], None] | None = None, collector: Collector | None = None
-                 ) -> SearchResult:
+                 on_trial: Callable[[Trial], None] | None = None, collector: Collector | None = None,
+                 env_kwargs: Mapping[str, Any] | None = None) -> SearchResult:
     """Try the configured difficulty candidates in order (at most ``max_trials``); stop at the first pass.
 
     Rollouts come from ``collector`` when given, else from ``policy_factory``'s policies, else from the
-    scripted expert of ``cfg.policy``."""
+    scripted expert of ``cfg.policy``. ``env_kwargs`` (gym.make keyword arguments) go to every candidate beside its
+    knobs; ``ValueError`` when one names the domain (``synthesis.domain`` sets it) or a knob the candidates set."""
+    env_kwargs = check_search_kwargs(capability, cfg, env_kwargs)
     if collector is None:
         collector = scripted_collector(policy_factory) if policy_factory else expert_collector(cfg)
     env_id = family_env_id(capability)
     candidates = domain_ladder(capability, cfg.domain, cfg.search.ladder(capability, cfg.domain))
     trials: list[Trial] = []
     for knobs in candidates[: cfg.search.max_trials]:
-        stats = calibrate_env(env_id, {"domain": cfg.domain, **knobs}, collector, cfg)
+        stats = calibrate_env(env_id, {"domain": cfg.domain, **env_kwargs, **knobs}, collector, cfg)
         trial = make_trial(knobs, stats, cfg.gate)
         logger.info("calibrate %s %s: reward %.3f success %.3f std %.3f -> %s%s", capability, knobs,
                     stats.mean_reward, stats.success_rate, stats.reward_std, "PASS" if trial.passed else trial.failures,

@@ -25,7 +25,7 @@ from string import Template
 from typing import Any
 
 from trace_envs.records import TrajectoryRecord, compact_text
-from trace_train.analysis.jsonparse import parse_json_loose
+from trace_train.analysis.jsonparse import json_candidates
 from trace_train.analysis.labels import Capability, Label, LabelRun
 from trace_train.analysis.llm_client import ChatClient, InvalidAnswer, LLMError
 from trace_train.paths import PROMPTS_DIR
@@ -203,19 +203,18 @@ class LLMLabeler:
 
     @staticmethod
     def _parse_candidates(answer: str, max_candidates: int) -> list[Capability]:
-        try:
-            value = parse_json_loose(answer)
-        except ValueError:
-            return []
-        items = value.get("candidates", []) if isinstance(value, dict) else value
-        caps: dict[str, Capability] = {}
-        for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict):
-                continue
-            name, desc = snake_case(item.get("name", "")), str(item.get("description", "")).strip()
-            if name and desc and name not in caps:
-                caps[name] = Capability(name, desc)
-        return list(caps.values())[:max_candidates]
+        for value in json_candidates(answer):  # the first JSON value that holds candidates (not a quoted call)
+            items = value.get("candidates", []) if isinstance(value, dict) else value
+            caps: dict[str, Capability] = {}
+            for item in items if isinstance(items, list) else []:
+                if not isinstance(item, dict):
+                    continue
+                name, desc = snake_case(item.get("name", "")), str(item.get("description", "")).strip()
+                if name and desc and name not in caps:
+                    caps[name] = Capability(name, desc)
+            if caps:
+                return list(caps.values())[:max_candidates]
+        return []
 
     # ------------------------------------------------------------------ labeling
     def label(self, records: Sequence[TrajectoryRecord], capabilities: Sequence[Capability],
@@ -285,18 +284,20 @@ def _batch_parser(todo: set[str], caps: dict[str, str], stats: _RunStats):
     """The validator of one labeling answer: its labels, or ``ValueError`` when it has none (not cached)."""
 
     def parse(answer: str) -> dict[tuple[str, str], Label]:
-        try:
-            value = parse_json_loose(answer)
-        except ValueError as exc:
+        first: Rejects | None = None  # what the answer's first JSON value held that was no label
+        for value in json_candidates(answer):  # the first JSON value with a label: not a quoted call or example
+            rejects = Rejects()
+            labels = _parse_labels(value, todo, caps, rejects)
+            if labels:
+                stats.rejects.update(rejects)
+                return labels
+            first = first or rejects
+        if first is None:
             stats.no_json += 1
-            raise ValueError("no JSON in the answer") from exc
-        rejects = Rejects()
-        labels = _parse_labels(value, todo, caps, rejects)
-        stats.rejects.update(rejects)
-        if not labels:
-            stats.no_usable += 1
-            raise ValueError(f"no usable label: {rejects.summary()}")
-        return labels
+            raise ValueError("no JSON in the answer")
+        stats.rejects.update(first)
+        stats.no_usable += 1
+        raise ValueError(f"no usable label: {first.summary()}")
 
     return parse
 

@@ -18,6 +18,7 @@ import io
 import json
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,8 +97,9 @@ def _trajectories_path(data: dict[str, Any], job_dir: Path) -> Path | None:
     return None
 
 
-def collect_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """One row per job output found under ``sweep_dir``, ordered by job directory.
+def collect_sweep(sweep_dir: str | Path, job_dirs: Sequence[str | Path] | None = None) -> list[dict[str, Any]]:
+    """One row per job output: of each of ``job_dirs`` (the ``out`` of each job of this sweep, in job order) that
+    holds one, or, without ``job_dirs``, every one found under ``sweep_dir``, ordered by job directory.
 
     Besides :data:`COLUMNS`, a row holds ``"<cap> Δ"`` / ``"<cap> Cov"`` (mean over the analysis runs) for
     every candidate of any job and, when the trajectories have ground truth, :data:`GT_COLUMNS`.
@@ -105,12 +107,18 @@ def collect_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     rows = []
     root = Path(sweep_dir)
     truths: dict[Path, TaskTruth | None] = {}
-    for path in sorted(root.rglob("selected_capabilities.json"), key=lambda p: _job_key(p, root)):
+    if job_dirs is None:
+        paths = sorted(root.rglob("selected_capabilities.json"), key=lambda p: _job_key(p, root))
+    else:
+        paths = [p for p in (Path(d) / "selected_capabilities.json" for d in job_dirs) if p.is_file()]
+    for path in paths:
         data = json.loads(path.read_text(encoding="utf-8"))
         thr = data.get("thresholds", {})
         selected = [c["name"] for c in data.get("selected", [])]
+        job_dir, base = path.parent.absolute(), root.absolute()
+        job = job_dir.relative_to(base) if job_dir.is_relative_to(base) else job_dir
         row: dict[str, Any] = {
-            "job": str(path.parent.relative_to(root)),
+            "job": str(job),
             "overrides": " ".join(data.get("run", {}).get("overrides", [])),
             "rho": thr.get("rho"), "delta": thr.get("delta"), "k": thr.get("k"),
             "n_runs": data.get("n_runs"), "n_selected": len(selected), "selected": ";".join(selected),
@@ -175,10 +183,10 @@ def render_html(rows: list[dict[str, Any]], title: str = "capability analysis sw
     )
 
 
-def write_sweep_table(sweep_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``sweep_table.csv`` and ``sweep_table.html`` into ``sweep_dir``."""
+def write_sweep_table(sweep_dir: str | Path, job_dirs: Sequence[str | Path] | None = None) -> tuple[Path, Path]:
+    """Write ``sweep_table.csv`` and ``sweep_table.html`` into ``sweep_dir`` (rows: :func:`collect_sweep`)."""
     root = Path(sweep_dir)
-    rows = collect_sweep(root)
+    rows = collect_sweep(root, job_dirs)
     out = []
     for name, text in (("sweep_table.csv", render_csv(rows)), ("sweep_table.html", render_html(rows))):
         out.append(write_text_atomic(root / name, text))
@@ -187,11 +195,28 @@ def write_sweep_table(sweep_dir: str | Path) -> tuple[Path, Path]:
 
 
 class SweepTableCallback(Callback):
-    """Hydra callback: after a multirun, write the sweep table into the sweep dir."""
+    """Hydra callback: after a multirun, write the sweep table of this sweep's jobs into the sweep dir.
+
+    Each job's ``out`` is recorded as the job ends, so a sweep dir that still holds an earlier sweep's jobs
+    (``hydra.sweep.dir`` reused) gives a table of this sweep's jobs only."""
+
+    def __init__(self) -> None:
+        self.job_dirs: list[Path] = []
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.job_dirs = []
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.utils import to_absolute_path
+        from omegaconf import OmegaConf
+
+        out = OmegaConf.select(config, "out")  # resolved with the job's own Hydra config, still the current one
+        if out is not None:
+            self.job_dirs.append(Path(to_absolute_path(str(out))))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             logger.warning("sweep dir %s does not exist; no sweep table", sweep_dir)
             return
-        write_sweep_table(sweep_dir)
+        write_sweep_table(sweep_dir, self.job_dirs)

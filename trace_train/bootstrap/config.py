@@ -28,6 +28,11 @@ BOOTSTRAP_PACKING = ("none", "packed")  # a bootstrap batch is its seeds' episod
 
 NUMBER_COPY_WIDENINGS = ("number_copy_entities", "number_copy_reasons")  # flags that widen the number-copy loss
 
+# What every stage of a chain shares with its init_from stage (a stage trains on the first stage's tokenizer and loads
+# its parent's weights), and what each one is part of: a stage that sets another value is refused, not ignored.
+_CHAIN_KEPT = {"atomic_numbers": "tokenizer", "vocab_size": "tokenizer", "tokenizer_episodes": "tokenizer",
+               "preset": "model shape"}
+
 
 @dataclass
 class KnobsConfig:
@@ -117,10 +122,11 @@ class BootstrapConfig:
     # stage that does not set it inherits it.
     packing: str = "none"
     seed: int = 0
-    threads: int = 1
+    threads: int = 1  # torch threads; the ``init_from`` stages a run trains use the last stage's (see ``parent``)
     checkpoint_every: int = 100
     # Pause (checkpoint and stop, with a message) once a run has trained this long; the same command continues.
     # A pause never finishes a stage early: a finished stage is always the configured one, so its hash is true.
+    # One budget covers the whole invocation: the ``init_from`` stages it trains first spend from it too.
     time_budget_min: float | None = None
     probe_episodes: int = 100
     # Stop after this step although the LR schedule spans ``steps`` (records where a budgeted run stopped).
@@ -176,10 +182,16 @@ class BootstrapConfig:
         # a stage that does not set its own packing (or atomic_numbers) inherits its child's:
         # `bootstrap.packing=packed` packs the chain
         inherited = {"packing": self.packing, "atomic_numbers": self.atomic_numbers}
-        parent = BootstrapConfig.from_dict({**inherited, **self.init_from}, "bootstrap.init_from")
-        if parent.atomic_numbers != self.atomic_numbers:  # a stage trains on its first stage's tokenizer
-            raise ValueError(f"bootstrap.atomic_numbers={self.atomic_numbers} differs from its init_from stage's "
-                             f"{parent.atomic_numbers}: every stage of a chain keeps the first stage's tokenizer")
+        # how this invocation runs, not what it makes (neither is in the hash): the whole chain takes the last stage's
+        # threads and time budget, whatever its stages say, so `bootstrap.threads=1 bootstrap.time_budget_min=30`
+        # reaches every stage the run trains
+        invocation = {"threads": self.threads, "time_budget_min": self.time_budget_min}
+        parent = BootstrapConfig.from_dict({**inherited, **self.init_from, **invocation}, "bootstrap.init_from")
+        for key in _CHAIN_KEPT:  # a stage trains on its first stage's tokenizer and continues its model
+            if getattr(parent, key) != getattr(self, key):
+                raise ValueError(f"bootstrap.{key}={getattr(self, key)} differs from its init_from stage's "
+                                 f"{getattr(parent, key)}: every stage of a chain keeps the first stage's "
+                                 f"{_CHAIN_KEPT[key]}")
         return parent
 
     @property

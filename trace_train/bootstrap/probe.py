@@ -35,6 +35,7 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
     case_hits: Counter[str] = Counter()
     case_total: Counter[str] = Counter()
     decision_of: dict[str, str] = {}  # case -> its decision (case names are distinct across decisions)
+    label_of: dict[str, bool] = {}  # case -> its label (a case has one: e.g. target True, distractor False)
     hits = total = 0
     type_hits: Counter[str] = Counter()
     type_total: Counter[str] = Counter()
@@ -45,6 +46,7 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
         predicted = model.lm_head(hidden[:, :-1]).argmax(-1)
         if decision_head is not None:
             points = [e.decisions or [] for e in examples[start: start + batch_size]]
+            label_of.update((p.case, p.label) for ps in points for p in ps)
             for decision, case, ok in head_outcomes(decision_head, hidden, points):
                 case_total[case] += 1
                 case_hits[case] += int(ok)
@@ -74,16 +76,24 @@ def teacher_forced_probe(model: torch.nn.Module, tokenizer: Any, renderer: ChatR
         summary["decision_probe"] = {"accuracy": sum(case_hits.values()) / max(1, sum(case_total.values())),
                                      "accuracy_by_case": {k: case_hits[k] / case_total[k] for k in sorted(case_total)},
                                      "points_by_case": dict(sorted(case_total.items())),
-                                     "by_decision": decision_summary(case_hits, case_total, decision_of)}
+                                     "by_decision": decision_summary(case_hits, case_total, decision_of, label_of)}
     return summary
 
 
-def decision_summary(hits: Counter[str], total: Counter[str], decision_of: dict[str, str]) -> dict[str, Any]:
-    """Per decision: accuracy, balanced accuracy (the mean of its cases' accuracies) and point count."""
+def decision_summary(hits: Counter[str], total: Counter[str], decision_of: dict[str, str],
+                     label_of: dict[str, bool]) -> dict[str, Any]:
+    """Per decision: accuracy, point count, balanced accuracy (the mean of the two labels' accuracies, as the
+    linear probes report it: chance is 0.5 whatever the label mix) and ``case_mean_accuracy`` (the mean of its
+    cases' accuracies; a decision with three cases of one label, e.g. structured's distractor and other, gives a
+    head that always answers that label 2/3)."""
     out: dict[str, Any] = {}
     for decision in sorted(set(decision_of.values())):
         cases = [c for c, d in decision_of.items() if d == decision]
         n = sum(total[c] for c in cases)
+        labels = sorted({label_of[c] for c in cases})
+        per_label = [sum(hits[c] for c in cases if label_of[c] == v) / sum(total[c] for c in cases if label_of[c] == v)
+                     for v in labels]
         out[decision] = {"accuracy": sum(hits[c] for c in cases) / n, "points": n,
-                         "balanced_accuracy": sum(hits[c] / total[c] for c in cases) / len(cases)}
+                         "balanced_accuracy": sum(per_label) / len(per_label),
+                         "case_mean_accuracy": sum(hits[c] / total[c] for c in cases) / len(cases)}
     return out

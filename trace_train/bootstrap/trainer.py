@@ -25,7 +25,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import AutoTokenizer
 
-from trace_envs.atomic_io import publish_dir
+from trace_envs.atomic_io import publish_dir, set_plain_write_modes
 from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
 from trace_train.bootstrap.compare import model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig
@@ -79,6 +79,10 @@ def batch_loss(model: torch.nn.Module, head: DecisionHead | None, examples: list
     """The BC loss of one batch (LM + copy + weighted decision and number-copy losses) and its decision-loss
     part, with the batch run padded or packed as ``cfg.packing`` says."""
     ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, pad_id))
+    if not mask[:, 1:].any():  # the LM loss would be the mean of nothing: NaN, and no gradient
+        raise ValueError(f"bootstrap.max_len={cfg.max_len} cuts every episode of a batch before its first assistant "
+                         f"token ({len(examples)} episodes of {max(len(e.ids) for e in examples)} tokens at most): "
+                         "raise bootstrap.max_len")
     capture = last_layer_input(model.model) if cfg.number_copy_weight else nullcontext([])
     with capture as captured:
         if cfg.packing == "packed":
@@ -108,10 +112,11 @@ def _episode_rows(states: torch.Tensor, lengths: list[int], packed: bool) -> lis
 class BootstrapPaused(RuntimeError):
     """A bootstrap stopped at its time budget; its checkpoint is saved and running it again continues."""
 
-    def __init__(self, config_hash: str, step: int, last_step: int, budget_min: float, directory: Path):
+    def __init__(self, config_hash: str, step: int, last_step: int, budget_min: float | None, directory: Path):
         self.config_hash, self.step, self.last_step = config_hash, step, last_step
-        super().__init__(f"bootstrap {config_hash} paused at step {step} of {last_step} after its {budget_min:g}-"
-                         f"minute budget (checkpoint in {directory}); run the same command again to continue")
+        budget = "the time budget" if budget_min is None else f"its {budget_min:g}-minute budget"  # None: a deadline
+        super().__init__(f"bootstrap {config_hash} paused at step {step} of {last_step} after {budget} (checkpoint "
+                         f"in {directory}); run the same command again to continue")
 
 
 def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
@@ -168,19 +173,42 @@ class Bootstrapper:
         os.replace(tmp, tok_dir)
         return tokenizer
 
-    def run(self, progress: bool = True, linear_probes: bool = False) -> dict[str, Any]:
+    def run(self, progress: bool = True, linear_probes: bool = False, deadline: float | None = None) -> dict[str, Any]:
         """Train to ``cfg.last_step`` (resuming if a checkpoint exists); returns the summary.
 
         ``linear_probes``: the summary also holds fresh linear probes of every decision on the finished model
         (:func:`trace_train.bootstrap.linear_probe.linear_probes` on 15x / 2x ``probe_episodes`` train / test
         episodes; added to a cached summary that lacks them).
-        Raises :class:`BootstrapPaused` when ``cfg.time_budget_min`` runs out first (the checkpoint is saved)."""
+        Raises :class:`BootstrapPaused` when ``cfg.time_budget_min`` runs out first (the checkpoint is saved).
+        ``deadline`` (``time.perf_counter()`` seconds): the budget's end, taken when the outermost stage of a chain
+        was invoked and handed down to its ``init_from`` stages; None: ``cfg.time_budget_min`` from now."""
+        if deadline is None:
+            budget_s = math.inf if self.cfg.time_budget_min is None else self.cfg.time_budget_min * 60
+            deadline = time.perf_counter() + budget_s
         if self.is_done():
             logger.info("bootstrap %s is cached at %s", self.config_hash, self.dir)
             summary = self._cached_summary()
+            self._check_model(summary)
         else:
-            summary = self._train(progress)
+            summary = self._train(progress, deadline)
         return self._with_linear_probes(summary) if linear_probes else summary
+
+    def _check_model(self, summary: dict[str, Any]) -> None:
+        """A finished stage's ``model/`` still holds the model its ``bootstrap.json`` records: its fingerprint is
+        recomputed (milliseconds for the tiny presets); a damaged or changed file raises ``ValueError`` naming it."""
+        path = self.model_dir / "model.safetensors"
+        fix = (f"delete {self.dir / 'bootstrap.json'} to rebuild the model from the stage's checkpoint, or the stage's "
+               f"cache directory {self.dir} to retrain it")
+        try:
+            actual = model_fingerprint(self.model_dir)
+        except json.JSONDecodeError as exc:
+            raise _damaged(self.model_dir / "tokenizer.json", exc, fix) from exc
+        except Exception as exc:  # missing, truncated or garbage: FileNotFoundError, SafetensorError, ...
+            raise _damaged(path, exc, fix) from exc
+        recorded = summary.get("model_fingerprint")  # None in a summary written before fingerprints were recorded
+        if recorded is not None and actual != recorded:
+            raise _damaged(path, f"the model's fingerprint {actual[:16]} is not the {str(recorded)[:16]} its "
+                           "bootstrap.json records: model.safetensors or tokenizer.json changed", fix)
 
     def _cached_summary(self) -> dict[str, Any]:
         """The finished stage's ``bootstrap.json``; a damaged one raises ``ValueError`` naming it."""
@@ -217,14 +245,15 @@ class Bootstrapper:
             raise _damaged(path, f"missing {missing or ['decision_head']}", fix)
         return state
 
-    def _train(self, progress: bool) -> dict[str, Any]:
+    def _train(self, progress: bool, deadline: float) -> dict[str, Any]:
         cfg = self.cfg
-        torch.set_num_threads(cfg.threads)
         self.dir.mkdir(parents=True, exist_ok=True)
         parent = None
         if cfg.parent is not None:
             parent = Bootstrapper(cfg.parent, self.dir.parent)
-            parent.run(progress=progress)
+            parent.run(progress=progress, deadline=deadline)  # one budget for the whole chain
+        torch.set_num_threads(cfg.threads)  # after the parent's run, which sets its own
+        if parent is not None:
             tokenizer = _load_tokenizer(parent.model_dir, parent.dir)
             tokenizer.chat_template = chat_template("full" if cfg.render_tools else "none")
         else:
@@ -258,9 +287,8 @@ class Bootstrapper:
             ema = state.get("loss_ema")  # None in a checkpoint written before the EMA was saved
             drop_rows_from(self.dir / "metrics.jsonl", "step", start_step + 1)  # rows of steps to be replayed
             logger.info("resuming bootstrap %s at step %d", self.config_hash, start_step)
-        budget_s = math.inf if cfg.time_budget_min is None else cfg.time_budget_min * 60
-        invoked = time.perf_counter()  # the budget is per invocation: a continued run gets it afresh
-        started = invoked - elapsed
+        started = time.perf_counter() - elapsed  # the budget is per invocation (``deadline``): a continued run gets
+        # it afresh, and the stages of a chain share it
         columns = [TextColumn("bootstrap"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()]
         with Progress(*columns, disable=not progress) as bar:
@@ -271,6 +299,10 @@ class Bootstrapper:
                 loss, decision_loss = batch_loss(model, head, examples, cfg, tokenizer.pad_token_id)
                 if focused:  # the focus batch's loss (same terms) at its weight
                     loss = loss + cfg.focus.weight * batch_loss(model, head, focused, cfg, tokenizer.pad_token_id)[0]
+                if not torch.isfinite(loss):  # checked before the update: the last checkpoint stays a good one
+                    raise ValueError(f"bootstrap {self.config_hash}: the loss at step {step + 1} is {loss.item()} (an "
+                                     f"episode cut by bootstrap.max_len={cfg.max_len} before its first assistant "
+                                     f"token, or a diverging run: lower bootstrap.lr={cfg.lr:g})")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -286,13 +318,14 @@ class Bootstrapper:
                     append_jsonl(self.dir / "metrics.jsonl", row)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
                     _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema)
-                if time.perf_counter() - invoked > budget_s and step + 1 < cfg.last_step:
+                if time.perf_counter() > deadline and step + 1 < cfg.last_step:
                     _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema)
                     raise BootstrapPaused(self.config_hash, step + 1, cfg.last_step, cfg.time_budget_min, self.dir)
         model.eval()
         probe = teacher_forced_probe(model, tokenizer, renderer, cfg, decision_head=head)
         # replaces a model/ left by a run killed before bootstrap.json (the resume retrains that stage)
-        publish_dir(self.model_dir, lambda tmp: save_policy(model, tokenizer, tmp))
+        # with the modes a plain write gives (safetensors creates its file 0o600): others can read the base
+        publish_dir(self.model_dir, lambda tmp: (save_policy(model, tokenizer, tmp), set_plain_write_modes(tmp)))
         summary = {"config": json.loads(json.dumps(asdict(cfg))), "config_hash": self.config_hash,
                    "wall_s": time.perf_counter() - started,
                    "final_loss_ema": ema, "probe": probe,

@@ -25,6 +25,16 @@ class ConfigError(ValueError):
     """Bad user input, found before any work: the message says what to fix."""
 
 
+class CommandExit(SystemExit):
+    """A command's non-zero exit with its one-line reason (:func:`fail`, :func:`paused`, a calibration gate not
+    met): a plain ``SystemExit`` to everything else; a ``-m`` sweep (``trace_train.commands._app``) records the
+    reason of each job that failed and names them all at the end."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(code)
+        self.message = message
+
+
 def hydra_run_dir() -> Path | None:
     """The current Hydra run's output directory, or ``None`` outside a Hydra app."""
     try:
@@ -55,13 +65,18 @@ def remove_untouched_run_dir(run_dir: Path | None) -> bool:
     return True
 
 
+def print_error(command: str, message: str, style: str = "red") -> str:
+    """Print ``trace-rl <command>: <message>`` on stderr as one line; returns the message as printed."""
+    message = " ".join(str(message).split())
+    Console(stderr=True).print(f"trace-rl {command}: {message}", style=style, markup=False, highlight=False,
+                               soft_wrap=True)
+    return message
+
+
 def fail(command: str, message: str) -> NoReturn:
     """Print ``trace-rl <command>: <message>`` on stderr (one line), remove an untouched Hydra run dir, exit 2."""
     remove_untouched_run_dir(hydra_run_dir())
-    message = " ".join(str(message).split())
-    Console(stderr=True).print(f"trace-rl {command}: {message}", style="red", markup=False, highlight=False,
-                               soft_wrap=True)
-    sys.exit(2)
+    raise CommandExit(2, print_error(command, message))
 
 
 PAUSED_EXIT_CODE = 3  # a run stopped at its time budget with its checkpoint saved; the same command continues it
@@ -69,9 +84,7 @@ PAUSED_EXIT_CODE = 3  # a run stopped at its time budget with its checkpoint sav
 
 def paused(command: str, message: str) -> NoReturn:
     """Print ``trace-rl <command>: <message>`` on stderr (a run paused at its budget) and exit 3."""
-    Console(stderr=True).print(f"trace-rl {command}: {' '.join(str(message).split())}", style="yellow",
-                               markup=False, highlight=False, soft_wrap=True)
-    sys.exit(PAUSED_EXIT_CODE)
+    raise CommandExit(PAUSED_EXIT_CODE, print_error(command, message, style="yellow"))
 
 
 def positive_int(cfg: Any, key: str, minimum: int = 1) -> int:
@@ -219,6 +232,9 @@ def check_groups(cfg: Any, *groups: str) -> None:
             check_fractions(cfg, ["analysis.delta"], low=-1.0)
     if _lookup(cfg, "analysis") is not None:
         k, n_runs = _lookup(cfg, "analysis.k"), _lookup(cfg, "analysis.n_runs")
+        for key, value in (("analysis.k", k), ("analysis.n_runs", n_runs)):
+            if value is None:
+                raise ConfigError(f"{key} must be an integer >= 1, got null; set {key}=<integer>")
         if k > n_runs:
             raise ConfigError(f"analysis.k={k} exceeds analysis.n_runs={n_runs}: no capability could pass; "
                               f"set analysis.k=<integer <= {n_runs}>")
@@ -326,6 +342,46 @@ def command_line_overrides(argv: Sequence[str] | None = None) -> list[Any]:
         return []
 
 
+def sweep_overrides() -> list[Any]:
+    """The overrides that make this ``-m`` sweep, parsed: those of ``hydra.sweeper.params`` (a sweep declared in a
+    config file), then the command line's (:func:`command_line_overrides`)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = HydraConfig.get().sweeper.get("params") or {}
+    declared = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    return [*declared, *command_line_overrides()]
+
+
+def sweep_jobs() -> list[list[str]] | None:
+    """Each job's overrides, in job order, as Hydra's basic sweeper makes them from :func:`sweep_overrides` (one
+    value of each swept key, every combination; a later override of a key replaces an earlier one); ``None`` with
+    another sweeper or a sweep it cannot expand (a range of floats, say): the jobs are then known only as they
+    start."""
+    import itertools
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.types import Glob
+
+    if not str(HydraConfig.get().sweeper.get("_target_", "")).endswith(".BasicSweeper"):
+        return None
+    choices: dict[str, list[str]] = {}
+    for override in sweep_overrides():
+        key = override.get_key_element()
+        if key.lstrip("+~").startswith("hydra.") or key.lstrip("+~").startswith("hydra/"):
+            continue  # Hydra's own settings: the same for every job
+        if not override.is_sweep_override():
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep() and not isinstance(override.value(), Glob):
+            try:
+                choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            except Exception:  # noqa: BLE001  (a sweep Hydra expands only with its config loader)
+                return None
+        else:
+            return None  # a glob over a config group, a range, an interval: known only as the jobs start
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
 def _raw_value(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
@@ -374,7 +430,7 @@ def check_multirun_output(cfg: Any, key: str, example: str, what: str = "its out
 
     if not in_multirun():
         return
-    overrides = command_line_overrides()
+    overrides = sweep_overrides()
     sweeps = [o for o in overrides if o.is_sweep_override()]
     if not sweeps:
         return  # one job

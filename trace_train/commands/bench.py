@@ -13,13 +13,12 @@ import json
 import re
 from pathlib import Path
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from trace_train.paths import CONF_DIR
+from trace_train.commands._app import command_app
 
 
 def result_files(out: Path) -> list[Path]:
@@ -111,7 +110,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="bench", version_base=None)
+@command_app("bench")
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 

@@ -7,12 +7,13 @@ import logging
 import shutil
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from trace_envs.atomic_io import publish_dir, set_plain_write_modes
 from trace_train.bootstrap.compare import FINGERPRINT_PATTERN, made_from
-from trace_train.paths import CONF_DIR, AssetNotFoundError, shipped_checkpoint
+from trace_train.commands._app import command_app
+from trace_train.paths import AssetNotFoundError, shipped_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def reference_model(compare_to: str | None, config_hash: str) -> Path | None:
     return shipped
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="bootstrap", version_base=None)
+@command_app("bootstrap")
 def main(cfg: DictConfig) -> None:
     from trace_train.bootstrap.compare import compare_models, model_fingerprint
     from trace_train.bootstrap.config import BootstrapConfig
@@ -70,6 +71,8 @@ def main(cfg: DictConfig) -> None:
         if not cfg.cache_dir or (Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir()):
             raise ValueError(f"cache_dir={cfg.cache_dir}: not a directory; set cache_dir=<directory for the "
                              "bootstrap cache>")
+        if cfg.export_to and Path(cfg.export_to).exists():  # if_exists=overwrite: refused before any training
+            check_replaceable(Path(cfg.export_to), Path(cfg.cache_dir))
         runner = Bootstrapper(config, Path(cfg.cache_dir))
         reference = reference_model(cfg.compare_to, runner.config_hash)  # checked before hours of training
     except (TypeError, ValueError, FileNotFoundError) as exc:
@@ -101,13 +104,31 @@ def main(cfg: DictConfig) -> None:
         export(runner.model_dir, summary, Path(cfg.export_to))
 
 
+EXPORTED_MODEL_FILES = ("bootstrap.json", "config.json")  # what an export writes and if_exists=overwrite requires
+
+
+def check_replaceable(target: Path, cache_dir: Path) -> None:
+    """``if_exists=overwrite`` replaces only a model directory that ``export_to`` wrote (it holds
+    :data:`EXPORTED_MODEL_FILES`) and that neither is nor holds ``cache_dir``; any other directory raises
+    ``ValueError`` (a mistyped ``export_to=checkpoints`` would otherwise replace every model in it)."""
+    missing = [name for name in EXPORTED_MODEL_FILES if not (target / name).is_file()]
+    if missing:
+        raise ValueError(f"export_to={target} is not an exported model directory (no {' or '.join(missing)}): "
+                         "if_exists=overwrite replaces only a model that export_to wrote; choose another export_to=")
+    target, cache = target.resolve(), cache_dir.resolve()
+    if target == cache or target in cache.parents:
+        raise ValueError(f"export_to={target} holds the bootstrap cache cache_dir={cache}: if_exists=overwrite "
+                         "would replace it; choose another export_to=")
+
+
 def export(model_dir: Path, summary: dict, target: Path) -> None:
-    """Copy the finished model and its ``bootstrap.json`` to ``target``, replacing it only once the copy is whole."""
-    staging = target.with_name(target.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(model_dir, staging)
-    (staging / "bootstrap.json").write_text(json.dumps(summary, indent=2))
-    if target.exists():
-        shutil.rmtree(target)
-    staging.replace(target)
+    """Copy the finished model and its ``bootstrap.json`` to ``target`` by :func:`publish_dir`: a kill leaves the
+    old export or the new one whole. Files get the modes a plain write gives (a cache made before the bootstrap
+    set them holds a ``model.safetensors`` of mode 0o600)."""
+    def write(tmp: Path) -> None:
+        shutil.copytree(model_dir, tmp, dirs_exist_ok=True)
+        (tmp / "bootstrap.json").write_text(json.dumps(summary, indent=2))
+        set_plain_write_modes(tmp)
+
+    publish_dir(target, write)
     logger.info("exported the bootstrapped model to %s", target)

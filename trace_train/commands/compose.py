@@ -21,14 +21,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-import trace_train.paths
+from trace_train.commands._app import command_app
 from trace_train.commands._validate import ConfigError, existing_path, fail, fraction
 
 logger = logging.getLogger(__name__)
@@ -176,7 +175,7 @@ def _routing_table(title: str, reports: dict[str, Any]) -> Table:
     return table
 
 
-@hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="compose", version_base=None)
+@command_app("compose")
 def main(cfg: DictConfig) -> None:
     from trace_envs.records import write_json_atomic
     from trace_moe import ComposedModel, read_examples, routing_report, train_gates

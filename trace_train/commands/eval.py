@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from trace_train.paths import CONF_DIR
+from trace_train.commands._app import command_app
 
 
 def policies_from_config(cfg: DictConfig) -> dict:
@@ -64,7 +63,7 @@ def checked_out_dir(cfg: DictConfig, what: str) -> tuple[Path, list[Path]]:
     return out, check_results_dir(out, "out_dir", result_files, cfg.get("if_exists"))
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base=None)
+@command_app("eval")
 def main(cfg: DictConfig) -> None:
     from trace_train.commands._validate import env_kwargs_dict, remove_stale_results
     from trace_train.commands.rollout import exit_with

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig
 
+from trace_train.commands._app import command_app
 from trace_train.commands.eval import check_counts, checked_out_dir, checked_policies
-from trace_train.paths import CONF_DIR
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="expert", version_base=None)
+@command_app("expert")
 def main(cfg: DictConfig) -> None:
     from trace_train.commands._validate import env_kwargs_dict, remove_stale_results
     from trace_train.commands.rollout import exit_with

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 from rich.console import Console
 
-from trace_train.paths import CONF_DIR, REPO_ROOT
+from trace_train.commands._app import command_app
+from trace_train.paths import REPO_ROOT
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _check_shipped_checkpoint(name: str) -> None:
                          "bootstrap") from None
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="pipeline", version_base=None)
+@command_app("pipeline")
 def main(cfg: DictConfig) -> None:
     import trace_envs  # noqa: F401
     from trace_train.bootstrap.trainer import BootstrapPaused

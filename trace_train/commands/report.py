@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-import trace_train.paths
+from trace_train.commands._app import command_app
 
 
-@hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="report", version_base=None)
+@command_app("report")
 def main(cfg: DictConfig) -> None:
     from rich.console import Console
 

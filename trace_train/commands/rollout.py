@@ -16,13 +16,12 @@ import logging
 from pathlib import Path
 from typing import Any, NoReturn
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import track
 
-from trace_train.paths import CONF_DIR
+from trace_train.commands._app import command_app
 from trace_train.rollout.loop import (  # noqa: F401  (re-exported for the other commands)
     IF_EXISTS,
     check_count,
@@ -100,7 +99,7 @@ def _not_written(output: Any, played: int) -> str:
             f"the other {output.written} are in {output.out}")
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="rollout", version_base=None)
+@command_app("rollout")
 def main(cfg: DictConfig) -> None:
     from trace_envs.llm_http import ServerError
     from trace_envs.records import OutputBusyError, exclusive_output

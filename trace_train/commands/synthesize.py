@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 from rich.console import Console
 
 import trace_envs  # noqa: F401  (registers the trace/ ids)
 import trace_train.paths
-from trace_envs.synthesis import read_selected, synthesize
+from trace_envs.synthesis import SelectedCapability, SynthesisConfig, expert_collector, read_selected, synthesize
 from trace_envs.synthesis.emit import MANIFEST, atomic_write_text, read_manifest_strict
 from trace_envs.synthesis.llm.swe_scenario import is_swe_target
 from trace_train.calibration import collector_for
-from trace_train.commands._synthesis_common import check_policy, collector, stats_table, synthesis_config
+from trace_train.commands._app import command_app
+from trace_train.commands._synthesis_common import check_policy, stats_table, synthesis_config
 from trace_train.synthesis.generator import check_llm_config, run_llm_stage
 
 logger = logging.getLogger(__name__)
@@ -36,18 +37,36 @@ def _default_out_dir() -> Path:
     return trace_train.paths.generated_envs_dir()
 
 
-@hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="synthesize", version_base=None)
+@dataclass(frozen=True)
+class Checked:
+    """The settings of one synthesis, checked (no model loaded, nothing written)."""
+
+    synthesis: SynthesisConfig
+    selected_path: str
+    selected: list[SelectedCapability]
+
+
+def check_values(cfg: DictConfig) -> Checked:
+    """Every value of the command that can be checked before a model loads (``ValueError`` / ``TypeError`` saying
+    what to set); in a ``-m`` sweep, run on every job's config before the first job."""
+    from trace_train.commands._validate import check_groups, check_multirun_output, existing_path
+
+    check_multirun_output(cfg, "out_dir", "generated/${hydra:job.num}", "its rows of manifest.json")
+    check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its synthesis_report.json")
+    check_groups(cfg, "synthesis")
+    scfg = synthesis_config(cfg)
+    check_policy(scfg)
+    selected_path = str(existing_path(cfg.selected, "selected", "selected_capabilities.json file", must_be="file"))
+    return Checked(scfg, selected_path, read_selected(selected_path))
+
+
+@command_app("synthesize", check=check_values)
 def main(cfg: DictConfig) -> None:
-    from trace_train.commands._validate import check_groups, check_multirun_output, existing_path, fail
+    from trace_train.commands._validate import fail
 
     try:
-        check_multirun_output(cfg, "out_dir", "generated/${hydra:job.num}", "its rows of manifest.json")
-        check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its synthesis_report.json")
-        check_groups(cfg, "synthesis")
-        scfg = synthesis_config(cfg)
-        check_policy(scfg)
-        selected_path = str(existing_path(cfg.selected, "selected", "selected_capabilities.json file", must_be="file"))
-        selected = read_selected(selected_path)
+        checked = check_values(cfg)
+        scfg, selected_path, selected = checked.synthesis, checked.selected_path, checked.selected
     except (TypeError, ValueError) as exc:
         fail("synthesize", str(exc))
     out_dir = Path(to_absolute_path(str(cfg.out_dir))) if cfg.out_dir else _default_out_dir()
@@ -58,9 +77,10 @@ def main(cfg: DictConfig) -> None:
     console = Console()
     rows = []
     try:
-        llm_collector = collector_for(scfg) if scfg.generator == "llm" else None
+        model = collector_for(scfg)  # synthesis.policy's model (None: the scripted expert), one for both stages
+        llm_collector = model if scfg.generator == "llm" else None
         check_llm_config(scfg, llm_collector)
-        rollouts = collector(scfg)
+        rollouts = model or expert_collector(scfg)
     except (TypeError, ValueError) as exc:
         fail("synthesize", str(exc))
     # a SWE target (synthesis.domain=swe) gets LLM-written SWE scenarios only: the families build tool envs

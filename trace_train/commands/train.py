@@ -14,13 +14,13 @@ import logging
 import os
 from pathlib import Path
 
-import hydra
 import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 import trace_train.paths
+from trace_train.commands._app import command_app
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def check_model_group(cfg: DictConfig) -> str:
     return dtype
 
 
-@hydra.main(config_path=str(trace_train.paths.CONF_DIR), config_name="train", version_base=None)
+@command_app("train")
 def main(cfg: DictConfig) -> None:
     console = Console()
     try:

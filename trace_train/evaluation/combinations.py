@@ -6,11 +6,14 @@ per-episode oracle over the base and the adapters -- an episode counts as solved
 it -- is the most any episode-level routing over them can reach. The table says where a composition wins and
 loses, and whether the adapters or the routing bound it.
 
-*Annotation routing* (:meth:`CombinationTable.annotation_routing`) is the router that reads the task's own
-capability annotations: each episode plays on the adapter of the first capability it needs in a priority order
-(the base when it needs none of the adapters' capabilities), the best order chosen on these same episodes. It uses
-the held-out ground truth, so it bounds what any router that reads the *task* can reach, while the best
-per-episode choice (which also profits from an adapter's luck on one seed) bounds any router at all.
+Two routers read the task's own capability annotations (the held-out ground truth). The *annotation ceiling*
+(:attr:`CombinationTable.annotation_ceiling`) sends each combination of capabilities to the one slot (the base
+included) that solves the most of its tasks on these same episodes: no router that reads only the annotations can
+do better, while the best per-episode choice (which also profits from a slot's luck on one seed) bounds any
+router at all. *Priority routing* (:meth:`CombinationTable.annotation_routing`) is a simple router under that
+ceiling: each episode plays on the adapter of the first capability it needs in one priority order (the base when
+it needs none of the adapters' capabilities), the best order chosen on these same episodes; it never sends a task
+to the base or to an adapter of a capability the task does not need.
 
 Episodes of different policies are paired by ``(env_id, seed)`` and, when a seed has several trials, by their
 order in each policy's records (evaluation plays every policy on the same seeds and trials).
@@ -28,7 +31,7 @@ from trace_envs.records import task_capabilities
 
 NONE = "(none)"  # the cell of tasks that need no capability
 SEVERAL = "(2+ capabilities)"  # :meth:`CombinationTable.by_need`'s group of tasks that need two or more
-EXACT_ORDERS_UP_TO = 7  # annotation routing tries all n! orders up to here (7! = 5,040); a greedy order above
+EXACT_ORDERS_UP_TO = 7  # priority routing tries all n! orders up to here (7! = 5,040); a greedy order above
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ class CombinationTable:
     def best_choice(self) -> int:
         return sum(c.best_choice for c in self.cells)
 
+    @property
+    def annotation_ceiling(self) -> int:
+        """The most a router that reads only the tasks' capability annotations solves: per combination cell, the
+        successes of the one policy of ``choice`` (the base included) that solves the most of its tasks."""
+        return sum(max(c.successes[p] for p in self.choice) for c in self.cells)
+
     def multi_capability(self) -> tuple[int, dict[str, int]]:
         """Episodes whose task needs two or more capabilities, and each policy's successes among them."""
         cells = [c for c in self.cells if len(c.capabilities) >= 2]
@@ -86,9 +95,11 @@ class CombinationTable:
                 for g in labels}
 
     def annotation_routing(self, adapters: Mapping[str, str], base: str = "base") -> tuple[tuple[str, ...], int]:
-        """``(order, successes)`` of the best annotation router: ``adapters`` maps a capability to the policy that
-        plays its tasks; an episode goes to the first capability of ``order`` its task needs, ``base`` when none.
-        Every order is tried up to :data:`EXACT_ORDERS_UP_TO` adapters; above, the order is built greedily."""
+        """``(order, successes)`` of the best priority router over the annotations: ``adapters`` maps a capability
+        to the policy that plays its tasks; an episode goes to the first capability of ``order`` its task needs,
+        ``base`` when none. Every order is tried up to :data:`EXACT_ORDERS_UP_TO` adapters; above, the order is
+        built greedily. Not a bound: :attr:`annotation_ceiling` is the most a router reading the annotations can
+        reach."""
         unknown = [p for p in [base, *adapters.values()] if p not in self.policies]
         if unknown:
             raise ValueError(f"annotation routing names policies without records: {unknown}")
@@ -109,7 +120,8 @@ class CombinationTable:
 
     def to_dict(self) -> dict[str, Any]:
         return {"policies": list(self.policies), "choice": list(self.choice), "n": self.n,
-                "best_choice": self.best_choice, "cells": [c.to_dict() for c in self.cells]}
+                "best_choice": self.best_choice, "annotation_ceiling": self.annotation_ceiling,
+                "cells": [c.to_dict() for c in self.cells]}
 
 
 def own_adapters(stages: Mapping[str, Any]) -> list[str]:

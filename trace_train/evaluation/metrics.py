@@ -113,8 +113,9 @@ class PolicySummary:
         }
 
 
-def summarize(records: Iterable[TrajectoryRecord], policy: str | None = None, max_k: int = 4) -> PolicySummary:
-    """Success rate (Wilson CI), mean reward, per-capability rates (from the task's ground truth) and pass^k."""
+def summarize(records: Iterable[TrajectoryRecord], policy: str | None = None) -> PolicySummary:
+    """Success rate (Wilson CI), mean reward, per-capability rates (from the task's ground truth) and pass^k for
+    every k up to the trials per task (the fewest any task has)."""
     records = list(records)
     by_cap: dict[str, dict[object, list[bool]]] = defaultdict(lambda: defaultdict(list))
     by_task: dict[object, list[bool]] = defaultdict(list)
@@ -132,6 +133,6 @@ def summarize(records: Iterable[TrajectoryRecord], policy: str | None = None, ma
         overall=RateCI.of(by_task),
         mean_reward=sum(r.reward for r in records) / len(records) if records else 0.0,
         per_capability={c: RateCI.of(v) for c, v in sorted(by_cap.items())},
-        pass_k={k: pass_hat_k(by_task, k) for k in range(1, min(max_k, min_trials) + 1)},
+        pass_k={k: pass_hat_k(by_task, k) for k in range(1, min_trials + 1)},
         id_args_valid=id_args,
     )

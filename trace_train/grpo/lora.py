@@ -53,7 +53,9 @@ def attach_adapter(model: torch.nn.Module, name: str, settings: LoraSettings | N
     """Attach a new trainable LoRA adapter ``name``; every other parameter is frozen.
 
     The adapter's random init (LoRA A) is drawn from ``settings.init_seed`` inside a forked RNG, so the
-    global torch RNG is untouched and two processes build identical adapters.
+    global torch RNG is untouched and two processes build identical adapters. Where peft maps targets onto
+    parameters rather than modules (``target_parameters``: the fused experts of a Qwen3-MoE base under
+    transformers >= 5), one warning says so: such an adapter trains, but trace_moe cannot compose it.
     """
     settings = settings or LoraSettings()
     if "@" in name or "/" in name or not name:
@@ -66,6 +68,13 @@ def attach_adapter(model: torch.nn.Module, name: str, settings: LoraSettings | N
             model.add_adapter(name, settings.peft_config())
         else:
             model = get_peft_model(model, settings.peft_config(), adapter_name=name)
+    on_parameters = sorted(getattr(model.peft_config[name], "target_parameters", None) or [])
+    if on_parameters:
+        logger.warning("adapter %r: peft maps part of target_modules %s onto the parameters %s (fused MoE "
+                       "experts): the adapter trains, but trace_moe cannot gate LoRA on parameters, so it will not "
+                       "compose; for composable adapters target linear modules only (e.g. grpo.lora.target_modules="
+                       "[q_proj,k_proj,v_proj,o_proj], the grpo default)", name, list(settings.target_modules),
+                       on_parameters)
     model.set_adapter(name)
     freeze_all_but(model, name)
     return model

@@ -12,7 +12,9 @@ Each prompt only names an env seed (``"trace env seed 17"``); TRL repeats it ``n
 times and every copy becomes one member of that seed's group. The episodes are played by this
 library's ``hf`` rollout backend on ``trainer.model`` (its active LoRA, batched turns, cross-turn KV
 caches), each member with its own sampler seeded from ``(seed, global step, env seed, member)``, so a
-run repeats its episodes exactly. What TRL receives per episode:
+run repeats its episodes exactly. Under several processes a member's number includes its process's place in
+the global batch: the copies of one env seed that TRL spreads over processes each sample their own episode.
+What TRL receives per episode:
 
 * ``prompt_ids``: the rendered first prompt (system + first user turn), up to the first sampled token;
 * ``completion_ids``: the rest of the episode's token stream — the policy's turns and, between them,
@@ -149,8 +151,16 @@ class TraceEnvRollout:
         return SamplingParams(temperature=float(getattr(args, "temperature", 1.0)),
                               top_p=float(getattr(args, "top_p", 1.0) or 1.0), max_new_tokens=self.max_new_tokens)
 
-    def requests(self, prompts: Sequence[Any], step: int, seed: int) -> list[EpisodeRequest]:
-        """One request per prompt; repeated prompts of one env seed are the members of its group."""
+    def requests(self, prompts: Sequence[Any], step: int, seed: int, process_index: int = 0) -> list[EpisodeRequest]:
+        """One request per prompt; repeated prompts of one env seed are the members of its group.
+
+        ``process_index``: this process's place in a multi-process run, whose global batch is the processes'
+        ``prompts`` one after another (TRL's ``RepeatSampler`` spreads one env seed's copies over processes on
+        purpose). A member is numbered from ``process_index * len(prompts)``, so no two processes give a group
+        the same sampler; process 0 (and a single-process run) numbers its members from 0."""
+        if process_index < 0:
+            raise ValueError(f"process_index must be >= 0, got {process_index}")
+        offset = int(process_index) * len(prompts)
         members: dict[int, int] = {}
         groups: dict[int, int] = {}
         out = []
@@ -159,7 +169,8 @@ class TraceEnvRollout:
             member = members.get(env_seed, 0)
             members[env_seed] = member + 1
             group = groups.setdefault(env_seed, len(groups))
-            out.append(EpisodeRequest(self.env_id, seed=env_seed, sample_seed=member_seed(seed, step, env_seed, member),
+            sample_seed = member_seed(seed, step, env_seed, offset + member)
+            out.append(EpisodeRequest(self.env_id, seed=env_seed, sample_seed=sample_seed,
                                       env_kwargs=dict(self.env_kwargs), group=group))
         return out
 
@@ -182,7 +193,9 @@ class TraceEnvRollout:
         sampling = self.sampling(args)
         seed = int(getattr(args, "seed", 0)) if self.seed is None else self.seed
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        requests = self.requests(prompts, step, seed)
+        accelerator = getattr(trainer, "accelerator", None)  # a TRL trainer's; absent: one process
+        process_index = int(accelerator.process_index) if accelerator is not None else 0
+        requests = self.requests(prompts, step, seed, process_index)
         adapter = getattr(model, "active_adapter", None) if hasattr(model, "peft_config") else None
         records = self._backend_for(model, tokenizer).rollout(requests, sampling, adapter)
         if len(records) != len(requests):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
@@ -105,9 +106,33 @@ def is_local_path(name_or_path: str | Path) -> bool:
 
 
 # What a damaged or missing checkpoint raises while loading: transformers' OSError / ValueError, a truncated
-# *.safetensors file's SafetensorError, KeyError / TypeError from ill-shaped JSON, and the tokenizers library's
-# bare ``Exception`` (it has no exception class of its own).
-_LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, SafetensorError)
+# *.safetensors file's SafetensorError, KeyError / TypeError from ill-shaped JSON, RuntimeError from transformers or
+# torch on weights they cannot place, huggingface_hub's StrictDataclassError for a config.json that contradicts itself
+# (num_hidden_layers vs layer_types), and the tokenizers library's bare ``Exception`` (it has no exception class of
+# its own). Tensors missing or of another shape than config.json says are reported by from_pretrained
+# (``_weights_mismatch``) and refused too; unexpected ones (extra heads some hub checkpoints carry) are only logged.
+_LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError, StrictDataclassError)
+_LOADING_PROBLEMS = ("missing_keys", "mismatched_keys")  # from_pretrained's output_loading_info: refused
+
+
+def _weights_mismatch(info: Mapping[str, Any]) -> str | None:
+    """What ``from_pretrained(..., output_loading_info=True)`` reports wrong with the weights it read, or None. A
+    missing tensor would otherwise be initialised at random with only a logged warning."""
+    problems = []
+    for key in _LOADING_PROBLEMS:
+        names = sorted(_key_text(k) for k in info.get(key) or ())
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            problems.append(f"{key.replace('_', ' ')} {shown}")
+    return "; ".join(problems) or None
+
+
+def _key_text(key: Any) -> str:
+    """A reported key: a tensor's name, or for a mismatched size ``(name, shape in the weights, shape wanted)``."""
+    if isinstance(key, tuple) and len(key) == 3:
+        name, found, wanted = key
+        return f"{name} ({list(found)} in the weights, {list(wanted)} by config.json)"
+    return str(key)
 
 
 def load_policy(
@@ -120,7 +145,8 @@ def load_policy(
 
     A name that is not a local path (:func:`is_local_path`) is treated as a hub id; when the hub cannot be
     reached (or ``local_files_only``) and it is not cached, raises ``PolicyLoadError``. A missing local
-    directory, or damaged files in one, raise ``PolicyLoadError`` too.
+    directory, damaged files in one, or weights that do not match ``config.json`` (a tensor missing or of another
+    shape) raise ``PolicyLoadError`` too; tensors the model does not use are logged and ignored.
     """
     path = Path(name_or_path).expanduser()
     is_local = is_local_path(name_or_path)
@@ -135,7 +161,15 @@ def load_policy(
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         part = "its model (config.json, the *.safetensors weights)"
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        # mismatched sizes are reported (and refused below) rather than raised as a RuntimeError that names no tensor
+        model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True,
+                                                           ignore_mismatched_sizes=True, **kwargs)
+        if info.get("unexpected_keys"):
+            logger.warning("%s: the weights hold tensors the model does not use, ignored: %s", source,
+                           ", ".join(sorted(map(str, info["unexpected_keys"]))[:5]))
+        mismatch = _weights_mismatch(info)
+        if mismatch:
+            raise ValueError(f"the weights do not match config.json ({mismatch})")
     except Exception as exc:
         if not isinstance(exc, _LOAD_ERRORS) and type(exc) is not Exception:  # bare Exception: tokenizers
             raise

@@ -8,20 +8,17 @@ from typing import Any
 
 from trace_envs.records import TrajectoryRecord
 from trace_train.pipeline.config import PipelineConfig
-from trace_train.policies import PolicySpec
+from trace_train.policies import PolicySpec, run_policy_fields
 
 
 def base_spec(cfg: PipelineConfig, model: str, name: str = "base", adapter: str | None = None,
               kind: str | None = None, system_suffix: str = "") -> PolicySpec:
     """The pipeline's policy ``name`` (with ``adapter``): ``pipeline.policy.kind`` (hf, or openai at
-    ``pipeline.policy.base_urls``, adapters hot-loaded into the server) unless ``kind`` is given (``composed``)."""
-    p = cfg.policy
-    kind = kind or p.kind
-    served = {"base_urls": list(p.base_urls), "served_model": p.served_model or model,
-              "server": dict(p.server)} if kind == "openai" else {}
-    return PolicySpec(kind=kind, name=name, model=model, adapter=adapter, render_tools=p.render_tools,
-                      temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, threads=p.threads,
-                      system_suffix=system_suffix, **served)
+    ``pipeline.policy.base_urls``, adapters hot-loaded into the server) unless ``kind`` is given (``composed``);
+    the fields come from :func:`trace_train.policies.run_policy_fields`, as ``trace-rl bench run_policies=true``
+    reads them back from a run's ``pipeline.json``."""
+    return PolicySpec(name=name, adapter=adapter, system_suffix=system_suffix,
+                      **run_policy_fields(asdict(cfg.policy), model, kind))
 
 
 def policy_hash_part(cfg: PipelineConfig) -> dict[str, Any]:

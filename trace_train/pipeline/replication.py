@@ -241,14 +241,18 @@ class Replication:
 
     # -- the prompted base with the first k descriptions ---------------------------------------
     def _plan_prompted_scale(self, own: TrainedRun, plan: _Plan) -> None:
-        """The prompted base with the analysis' first k descriptions (k = all: the main table's prompted row)."""
+        """The prompted base with the analysis' first k descriptions (k = all: the main table's prompted row, added
+        once however many ks of ``replication.scale`` reach all the adapters: it is one evaluation, not one per k)."""
         ranked = list(own.trained)
         selected = self.p.run_dir / "analysis" / "selected_capabilities.json"
+        all_added = False
         for k in self.rep.scale:
             if k >= len(ranked):
-                prompted = [replace(r, table="scale", row=f"prompted, {len(ranked)} descriptions")
-                            for r in self._own_rows(own) if r.row == "prompted"]
-                plan.rows.append(lambda _, rows=prompted: rows)
+                if not all_added:
+                    prompted = [replace(r, table="scale", row=f"prompted, {len(ranked)} descriptions")
+                                for r in self._own_rows(own) if r.row == "prompted"]
+                    plan.rows.append(lambda _, rows=prompted: rows)
+                    all_added = True
                 continue
             row = f"prompted, {k} descriptions"
             spec = base_spec(self.cfg, self.model, name=row, system_suffix=capability_prompt(selected, ranked[:k]))

@@ -277,7 +277,7 @@ class Pipeline:
         # one env per capability, or (several domains) the mixture of its envs
         envs: dict[str, Any] = {cap: (next(iter(by.values())) if len(by) == 1 else {e: 1.0 for e in by.values()})
                                 for cap, by in per_domain.items()}
-        llm_results = self._llm_synthesis(chosen, model, out)
+        llm_results = self._llm_synthesis(chosen, model, out, collector)
         # an accepted LLM env is trained (with synthesis.llm.scope=all it replaces the family's env)
         envs.update({r.capability: r.entry["env_id"] for r in llm_results if r.accepted and r.entry})
         handled = {r.capability for r in llm_results}
@@ -290,17 +290,19 @@ class Pipeline:
             outputs["domains"] = domains
         return outputs
 
-    def _llm_synthesis(self, chosen: list, model: str, out: Path) -> list:
+    def _llm_synthesis(self, chosen: list, model: str, out: Path, collector: Any = None) -> list:
         """synthesis.generator=llm: the LLM env generator for the capabilities ``synthesis.llm.scope`` names
-        (calibrated against the pipeline's base model; a SWE target gets SWE scenarios instead)."""
+        (calibrated against the pipeline's base model: ``collector``, the families' calibration model, when they
+        had one, so the base is loaded once; a SWE target gets SWE scenarios instead)."""
         from trace_train.calibration import collector_for
         from trace_train.synthesis.generator import run_llm_stage
 
         scfg = self.synthesis_cfg
         if scfg.generator != "llm":
             return []
-        collector = collector_for(replace(scfg, policy=replace(scfg.policy, kind="model")),
-                                  base_spec(self.cfg, model, name="calibration"))
+        if collector is None:  # the families were calibrated by the scripted expert: load the base for this stage
+            collector = collector_for(replace(scfg, policy=replace(scfg.policy, kind="model")),
+                                      base_spec(self.cfg, model, name="calibration"))
         return run_llm_stage(chosen, scfg, out, collector, self.run_dir / "rollouts" / "trajectories.jsonl",
                              source=str(self.run_dir), target_env=self.cfg.targets[0])
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from trace_train.report.html_util import Raw, badge, fmt, not_run, section, table
 from trace_train.report.loaders import RunData, first_num, num
+from trace_train.report.stage_time import elapsed_seconds
 from trace_train.report.svg import esc, run_strip, value_bar
 
 STATUS_KIND = {"done": "ok", "skipped": "muted", "failed": "bad", "running": "warn", "this page": "ok"}
@@ -32,7 +33,7 @@ def pipeline_section(run: RunData) -> str:
                      if wall is not None else None,
                      entry.get("hash")))
     body = [f'<p>Target env: <code>{esc(doc.get("target_env", "?"))}</code> · {len(stages)} stages · '
-            f'total wall time {sum(walls):,.1f} s</p>']
+            f'wall time of the run {elapsed_seconds(stages):,.1f} s (stages that ran at once count once)</p>']
     body.append(table(("stage", "status", "wall time", "", "hash"), rows, "stages") if rows
                 else '<p class="note">pipeline.json lists no stages.</p>')
     if doc.get("config") is not None:
@@ -75,7 +76,8 @@ def _support_median(c: dict[str, Any]) -> Any:
 
 
 def skipped_capabilities(run: RunData, selected: list[str]) -> dict[str, str]:
-    """Why each selected capability got no adapter, from the pipeline's synthesis stage and its config."""
+    """Why each selected capability got no adapter, from the pipeline's synthesis stage (its family envs, the LLM
+    env generator's results) and its config."""
     state = run.pipeline.data if isinstance(run.pipeline.data, dict) else {}
     stages = state.get("stages") if isinstance(state.get("stages"), dict) else {}
     syn = stages.get("synthesis") if isinstance(stages.get("synthesis"), dict) else None
@@ -85,6 +87,8 @@ def skipped_capabilities(run: RunData, selected: list[str]) -> dict[str, str]:
     envs = outputs.get("envs") if isinstance(outputs.get("envs"), dict) else {}
     no_family = set(outputs.get("no_family") or [])
     failed = {str(f.get("capability")): f for f in outputs.get("failed") or [] if isinstance(f, dict)}
+    tried = outputs.get("llm") if isinstance(outputs.get("llm"), list) else []  # synthesis.generator=llm
+    llm = {str(r.get("capability")): r for r in tried if isinstance(r, dict)}
     config = state.get("config") if isinstance(state.get("config"), dict) else {}
     configured = config.get("capabilities")
     cap = (config.get("train") or {}).get("max_capabilities") if isinstance(config.get("train"), dict) else None
@@ -100,6 +104,8 @@ def skipped_capabilities(run: RunData, selected: list[str]) -> dict[str, str]:
         elif name in failed and not failed[name].get("emitted"):
             out[name] = ("calibration never reached the success gate and synthesis.accept_closest is off, "
                          "so no env was emitted")
+        elif name in llm and not llm[name].get("accepted"):
+            out[name] = f"the LLM env generator accepted no env: {llm[name].get('reason') or 'no reason recorded'}"
         else:
             limit = f"={cap}" if cap is not None else ""
             out[name] = (f"over the adapter cap pipeline.train.max_capabilities{limit}: the highest-Δ buildable "

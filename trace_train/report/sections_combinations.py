@@ -1,5 +1,6 @@
 """Report section: held-out success by the combination of capabilities a task needs, with the best
-per-episode choice over the base and the single adapters (the ceiling of any episode-level router)."""
+per-episode choice over the base and the single adapters (the ceiling of any episode-level router) and the
+ceiling of a router that reads the tasks' capability annotations."""
 
 from __future__ import annotations
 
@@ -74,15 +75,17 @@ def _summary(t: CombinationTable, composed: list[str], adapters: list[str]) -> s
     choice = ", ".join(t.choice)
     parts = [f"Best per-episode choice among {esc(choice)}: <b>{t.best_choice} of {n}</b> "
              f"({t.best_choice / n:.3f}) — the most any episode-level router over them can reach."]
+    ceiling = t.annotation_ceiling
+    parts.append(f"Routing on each task's own capability annotations, the best slot for each combination of "
+                 f"capabilities (the base included, chosen on these episodes): <b>{ceiling} of {n}</b> "
+                 f"({ceiling / n:.3f}) — the most a router that reads only the annotations can reach with these "
+                 "adapters.")
     order, routed = t.annotation_routing({a: a for a in adapters}, BASE)
-    exact = len(adapters) <= EXACT_ORDERS_UP_TO
-    best = ("the best order on these episodes" if exact else
+    best = ("the best order on these episodes" if len(adapters) <= EXACT_ORDERS_UP_TO else
             f"an order built greedily on these episodes, as {len(adapters)} adapters have too many orders to try")
-    parts.append(f"Routing by each task's own capability annotations (the adapter of the first capability it "
+    parts.append(f"Routing by a priority order over the annotations (the adapter of the first capability a task "
                  f"needs in the order {esc(' > '.join(order))}, the base when none; {best}): "
-                 f"<b>{routed} of {n}</b> ({routed / n:.3f}) — "
-                 + ("the most a router that reads the task can reach with these adapters." if exact else
-                    "what a router that reads the task can reach at least with these adapters."))
+                 f"<b>{routed} of {n}</b> ({routed / n:.3f}).")
     for name in composed:
         parts.append(f"{esc(name)}: {t.total(name)} of {n} ({t.total(name) / n:.3f}).")
     multi_n, multi = t.multi_capability()

@@ -20,7 +20,8 @@ from trace_envs.hints import envs_without_hints
 from trace_envs.records import TrajectoryRecord
 from trace_envs.registry import unregister_env
 from trace_envs.synthesis import Collector, SelectedCapability, SynthesisConfig, calibrate_env
-from trace_envs.synthesis.calibrate import make_trial
+from trace_envs.synthesis.calibrate import GATE_EPSILON, make_trial
+from trace_envs.synthesis.config import CalibrationGate
 from trace_envs.synthesis.llm.emit_llm import emit_llm_env
 from trace_envs.synthesis.llm.loader import ENTRY_POINT, sha256_text
 from trace_envs.synthesis.llm.validate import target_tool_schemas, validate_module
@@ -32,12 +33,24 @@ from trace_train.synthesis.prompt import build_messages, extract_module, retry_m
 logger = logging.getLogger(__name__)
 
 
-def _calibration_feedback(failures: list[str], stats: dict[str, Any]) -> str:
-    direction = ("too easy for the base agent: make the task harder (more distractors, more steps)"
-                 if stats["success_rate"] > 0.6 or stats["mean_reward"] > 0.6 else
-                 "too hard for the base agent: make it easier, or give partial credit for progress")
+def _calibration_feedback(failures: list[str], stats: dict[str, Any], gate: CalibrationGate) -> str:
+    """The gate's failures and what to change: easier / harder only when a rate is below / above its bounds; when
+    the rates are inside them, the outcome varies too little within each seed's group."""
+    eps = GATE_EPSILON
+    rates = (("success_rate", gate.success_min, gate.success_max), ("mean_reward", gate.reward_min, gate.reward_max))
+    easy = any(stats[key] > high + eps for key, _, high in rates)
+    hard = any(stats[key] < low - eps for key, low, _ in rates)
+    advice = []
+    if easy:
+        advice.append("too easy for the base agent: make the task harder (more distractors, more steps)")
+    if hard:
+        advice.append("too hard for the base agent: make it easier, or give partial credit for progress")
+    if not advice:
+        advice.append("not varied enough: the outcome depends on the seed alone (each seed is always solved or "
+                      "always failed); make rollouts of one seed differ, so that the agent's own choices decide "
+                      "success")
     return ("Your module passed validation, but the base agent's calibration failed the gate: "
-            + "; ".join(failures) + f". It is {direction}.")
+            + "; ".join(failures) + f". It is {' and '.join(advice)}.")
 
 
 def _calibrate(source_path: Path, sha: str, capability: str, cfg: SynthesisConfig, collector: Collector
@@ -82,7 +95,7 @@ def generate_env(cap: SelectedCapability, cfg: SynthesisConfig, client: ChatClie
         attempt.report["calibration"] = {"stats": stats, "failures": failures}
         if failures:
             attempt.stage = "calibration"
-            return _calibration_feedback(failures, stats)
+            return _calibration_feedback(failures, stats, cfg.gate)
         attempt.stage, attempt.accepted = "accepted", True
         return None
 

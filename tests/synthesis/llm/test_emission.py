@@ -25,7 +25,9 @@ def test_a_capability_named_like_a_built_in_env_gets_its_own_id(tmp_path):
     try:
         assert row["env_id"] == "trace/code_localization-llm-v0"
         assert gym.registry[built_in].entry_point == entry_point  # untouched
-        assert type(gym.make(row["env_id"]).unwrapped).__name__ == "Env"
+        env = gym.make(row["env_id"])  # the emitted module's Env, behind the proxy of its confined worker
+        assert type(env.unwrapped).__name__ == "ConfinedEnv" and env.unwrapped.capability == "code_localization"
+        env.close()
         assert llm_env_id("never_registered_cap") == "trace/never_registered_cap-v0"
     finally:
         gym.registry.pop(row["env_id"], None)

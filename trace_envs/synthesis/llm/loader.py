@@ -2,57 +2,38 @@
 
 The manifest pins the source's sha256; a file that no longer matches (edited after validation) or no
 longer passes the static check is refused, never imported.
+
+What runs where: by default (``confined=True``) :func:`make_env` returns a host-side proxy,
+``confined_env.ConfinedEnv``, and the module runs only in a persistent confined worker subprocess
+(``worker.py``, with the dynamic check's confinement: namespaces, a filesystem jail, resource limits, no
+network where the kernel allows them); the host never imports it. The worker loads it with
+:func:`load_env_class` (the same sha256 and static check, the very text it checked, a time limit on the
+import). ``confined=False`` (debugging only) imports it in the host process, with the host's full rights,
+as trace-rl did before the worker existed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import sys
-import types
-from pathlib import Path
 from typing import Any
 
-from trace_envs.core.time_limit import CallTimeout, time_limit
-from trace_envs.synthesis.llm.authoring import CapabilityEnv
-from trace_envs.synthesis.llm.static import check_source
+from trace_envs.synthesis.llm.confined_env import ConfinedEnv
+from trace_envs.synthesis.llm.validated import load_env_class, sha256_text
+
+__all__ = ["ENTRY_POINT", "load_env_class", "make_env", "sha256_text"]
 
 ENTRY_POINT = "trace_envs.synthesis.llm.loader:make_env"
-IMPORT_TIME_LIMIT_S = 30.0  # a module whose top level loops would hang the host that imports it
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def make_env(source: str, sha256: str, confined: bool = True, **kwargs: Any) -> Any:
+    """``gym.make`` entry point: ``source`` (the module path) and ``sha256`` come from the registration.
 
-
-def load_env_class(source: str | Path, sha256: str) -> type[CapabilityEnv]:
-    """The ``Env`` class of the validated module at ``source`` (imported once per process)."""
-    path = Path(source)
-    text = path.read_text(encoding="utf-8")
-    if sha256_text(text) != sha256:
-        raise ValueError(f"{path}: its sha256 differs from the validated one in the manifest; refusing to import it "
-                         "(re-run `trace-rl synthesize` to validate it again)")
-    static = check_source(text)
-    if not static.ok:
-        raise ValueError(f"{path}: fails the static check ({'; '.join(static.problems)}); refusing to import it")
-    name = f"trace_llm_envs.m{sha256[:16]}"
-    module = sys.modules.get(name)
-    if module is None:
-        # the text just checked is what runs (importlib would read the file again, or a stale __pycache__)
-        module = types.ModuleType(name)
-        module.__file__ = str(path)
-        code = compile(text, str(path), "exec")
-        try:
-            with time_limit(IMPORT_TIME_LIMIT_S, f"importing {path}"):
-                exec(code, module.__dict__)  # noqa: S102 - validated source (static check + confined probe)
-        except CallTimeout as exc:
-            raise TimeoutError(str(exc)) from None
-        sys.modules[name] = module
-    cls = getattr(module, "Env", None)
-    if not (isinstance(cls, type) and issubclass(cls, CapabilityEnv)):
-        raise TypeError(f"{path}: Env is not a CapabilityEnv subclass")
-    return cls
-
-
-def make_env(source: str, sha256: str, **kwargs: Any) -> CapabilityEnv:
-    """``gym.make`` entry point: ``source`` (the module path) and ``sha256`` come from the registration."""
-    return load_env_class(source, sha256)(**kwargs)
+    ``confined=True`` (the default): a ``ConfinedEnv`` proxy whose module runs in a confined worker subprocess
+    (see the module docstring); ``kwargs`` (``domain``, ``max_steps``, ``max_errors``, ``render_mode``) go to the
+    module's ``Env`` there and must be JSON values. ``confined=False`` (``gym.make(env_id, confined=False)``, for
+    debugging only): the module's ``Env`` itself, imported and run in this process with its full rights.
+    """
+    if not isinstance(confined, bool):
+        raise TypeError(f"confined must be a bool, got {confined!r}")
+    if not confined:
+        return load_env_class(source, sha256)(**kwargs)
+    return ConfinedEnv(source, sha256, kwargs)

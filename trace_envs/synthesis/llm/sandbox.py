@@ -1,10 +1,13 @@
-"""Run the dynamic check (``probe.py``) in a confined subprocess, with the SWE local sandbox's confinement.
+"""Confined Python processes for LLM-written env modules: the dynamic check (``probe.py``, run once to its end)
+and the env worker (``worker.py``, a persistent process behind ``confined_env.ConfinedEnv``).
 
-The probe gets an empty working directory, its inputs in a private home, CPU-time, memory (per process
-and in total), file-size and process-count limits, a wall-clock timeout, and, where the kernel allows
-it (``trace_envs.swe.confinement``), new user, mount, PID and network namespaces inside a filesystem
-jail that shows only the system, Python and trace-rl directories read-only. Each confinement the
-machine lacks is logged as a warning and listed in the result; none is skipped silently.
+Both are launched from one place, :func:`confine` + :meth:`Confinement.argv` (the launcher command line) and
+``trace_envs.swe.sandbox.spawn`` (the process), with the SWE local sandbox's confinement: an empty working
+directory, inputs in a private home, CPU-time, memory (per process and in total), file-size and process-count
+limits, and, where the kernel allows it (``trace_envs.swe.confinement``), new user, mount, PID and network
+namespaces inside a filesystem jail that shows only the system, Python and trace-rl directories read-only. Each
+confinement the machine lacks is logged as a warning (once per process) and listed in the report; none is skipped
+silently.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from trace_envs.synthesis.llm.config import ValidationLimits
 
 logger = logging.getLogger(__name__)
 
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
+PROBE_MODULE = "trace_envs.synthesis.llm.probe"
 
 
 @dataclass
@@ -45,54 +49,100 @@ class ProbeRun:
 
 
 def _code_dirs() -> tuple[str, ...]:
-    """The trace-rl directories the probe imports (shown read-only inside the jail)."""
+    """The trace-rl directories a confined process imports (shown read-only inside the jail)."""
     return tuple(str(Path(m.__file__).resolve().parent) for m in (trace_envs, generated_envs))
 
 
-def _warn_missing(report: conf.SandboxReport) -> None:
+def _warn_missing(report: conf.SandboxReport, who: str) -> None:
     for feature in report.unavailable:
-        if feature not in _warned:
-            _warned.add(feature)
-            logger.warning("LLM env validator: %s is unavailable on this machine (%s); %s.", feature,
+        if (who, feature) not in _warned:
+            _warned.add((who, feature))
+            logger.warning("%s: %s is unavailable on this machine (%s); %s.", who, feature,
                            report.errors.get(feature) or "not available", conf.CONSEQUENCE[feature])
 
 
-def run_probe(source: str, capability: str, domain: str, limits: ValidationLimits) -> ProbeRun:
-    """Play ``source`` in the confined probe; returns what it measured (the host judges it)."""
-    tmp = Path(tempfile.mkdtemp(prefix="trace-llm-env-"))
+@dataclass
+class Confinement:
+    """The private tree, limits and environment of one confined process (removed by :meth:`cleanup`).
+
+    ``dirs``: ``work`` (its empty working directory), ``home`` (its private home, where its inputs go),
+    ``scratch`` (its ``/tmp``) and ``jailroot``, all under ``tmp``; ``home_seen`` is the home as the process sees it.
+    """
+
+    tmp: Path
+    dirs: dict[str, Path]
+    home_seen: Path
+    avail: conf.Availability
+    report: conf.SandboxReport
+    limits: SandboxLimits
+    token: str
+    env: dict[str, str]
+
+    def write_home(self, name: str, text: str) -> str:
+        """Write ``text`` as ``name`` in the process's home; returns its path as the process sees it."""
+        (self.dirs["home"] / name).write_text(text, encoding="utf-8")
+        return str(self.home_seen / name)
+
+    def argv(self, python_argv: list[str], status_fd: int) -> list[str]:
+        """The launcher command line that runs ``python_argv`` (after the interpreter) confined; the launcher
+        writes what it applied to ``status_fd`` (see ``trace_envs.swe.jail``)."""
+        a, limits = self.avail, self.limits
+        spec = conf.launch_spec(self.dirs["jailroot"], self.dirs["work"], self.dirs["home"], self.dirs["scratch"],
+                                False, mount_ns=a.mount_namespace, pid_ns=a.pid_namespace, user_ns=a.user_namespace,
+                                nproc=limits.max_processes + 4 if conf.nproc_rlimit_applies(a) else None,
+                                extra_ro=limits.ro_paths)
+        spec["net_ns"] = a.network_namespace
+        spec["status_fd"] = status_fd
+        return conf.launcher_argv(spec, [sys.executable, *python_argv])
+
+    @property
+    def scan(self) -> bool:
+        """Whether the process's descendants must be found by a /proc scan (no PID namespace)."""
+        return not self.avail.pid_namespace
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def confine(limits: ValidationLimits, who: str, prefix: str = "trace-llm-env-") -> Confinement:
+    """A fresh :class:`Confinement` under ``limits`` (memory, file size, processes, wall clock); ``who`` names the
+    process in the warnings about confinements this machine lacks."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         dirs = {name: tmp / name for name in ("work", "home", "scratch", "jailroot")}
         for d in dirs.values():
             d.mkdir()
         avail = conf.available()
         report = conf.make_report(avail, False, limits.memory_mb, limits.max_processes)
-        _warn_missing(report)
-        jailed = avail.mount_namespace
-        home_seen = Path(conf.JAIL_HOME) if jailed else dirs["home"]
-        nonce = secrets.token_hex(16)
-        (dirs["home"] / "candidate.py").write_text(source, encoding="utf-8")
-        cfg = {"nonce": nonce, "module_path": str(home_seen / "candidate.py"), "capability": capability,
-               "domain": domain, "n_seeds": limits.n_seeds, "baseline_seeds": limits.baseline_seeds,
-               "determinism_seeds": limits.determinism_seeds, "random_turns": limits.random_turns}
-        (dirs["home"] / "probe.json").write_text(json.dumps(cfg), encoding="utf-8")
+        _warn_missing(report, who)
+        home_seen = Path(conf.JAIL_HOME) if avail.mount_namespace else dirs["home"]
         sandbox_limits = SandboxLimits(timeout_s=limits.timeout_s, memory_mb=limits.memory_mb,
                                        file_size_mb=limits.file_size_mb, max_output_chars=2_000_000,
                                        network=False, max_processes=limits.max_processes, ro_paths=_code_dirs())
-        spec = conf.launch_spec(dirs["jailroot"], dirs["work"], dirs["home"], dirs["scratch"], False,
-                                mount_ns=avail.mount_namespace, pid_ns=avail.pid_namespace,
-                                user_ns=avail.user_namespace,
-                                nproc=limits.max_processes + 4 if conf.nproc_rlimit_applies(avail) else None,
-                                extra_ro=sandbox_limits.ro_paths)
-        spec["net_ns"] = avail.network_namespace
         token = secrets.token_hex(12)
         env = {**sandbox_env(home_seen), conf.TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
                "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        argv = [sys.executable, "-I", "-m", "trace_envs.synthesis.llm.probe", str(home_seen / "probe.json")]
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Confinement(tmp, dirs, home_seen, avail, report, sandbox_limits, token, env)
+
+
+def run_probe(source: str, capability: str, domain: str, limits: ValidationLimits) -> ProbeRun:
+    """Play ``source`` in the confined probe; returns what it measured (the host judges it)."""
+    box = confine(limits, "LLM env validator")
+    try:
+        nonce = secrets.token_hex(16)
+        module_path = box.write_home("candidate.py", source)
+        cfg = {"nonce": nonce, "module_path": module_path, "capability": capability,
+               "domain": domain, "n_seeds": limits.n_seeds, "baseline_seeds": limits.baseline_seeds,
+               "determinism_seeds": limits.determinism_seeds, "random_turns": limits.random_turns}
+        cfg_path = box.write_home("probe.json", json.dumps(cfg))
         r, w = os.pipe()
         try:
-            spec["status_fd"] = w
-            res = execute(conf.launcher_argv(spec, argv), dirs["work"], env, sandbox_limits, limits.timeout_s, token,
-                          scan=not avail.pid_namespace, merge_stderr=False, pass_fds=(w,))
+            argv = box.argv(["-I", "-m", PROBE_MODULE, cfg_path], w)
+            res = execute(argv, box.dirs["work"], box.env, box.limits, limits.timeout_s, box.token,
+                          scan=box.scan, merge_stderr=False, pass_fds=(w,))
             os.close(w)
             w = -1
             conf.read_all(r)
@@ -101,7 +151,7 @@ def run_probe(source: str, capability: str, domain: str, limits: ValidationLimit
             if w >= 0:
                 os.close(w)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        box.cleanup()
     doc, last = None, "start (the probe never reported)"
     for line in res.output.splitlines():
         if not line.startswith(nonce + " "):
@@ -114,4 +164,4 @@ def run_probe(source: str, capability: str, domain: str, limits: ValidationLimit
                 doc = json.loads(rest)
             except json.JSONDecodeError:
                 doc = None
-    return ProbeRun(doc, last, res.timed_out, res.killed, res.returncode, res.stderr[-3000:], report.as_dict())
+    return ProbeRun(doc, last, res.timed_out, res.killed, res.returncode, res.stderr[-3000:], box.report.as_dict())

@@ -30,10 +30,14 @@ more routes than any such list. The others: ``validate.py`` runs the module firs
 subprocess (``sandbox.py``: namespaces, a filesystem jail, resource limits, no network where the kernel
 allows; ``probe.py`` plays it there); the emitted manifest pins the validated text's sha256, and
 ``loader.py`` refuses a file that differs or no longer passes this check, runs exactly the text it checked
-and puts a time limit on its import and on every authored method. What the loader imports runs in-process
-(calibration, training, ``import trace_envs`` of a user manifest) with the host's full rights: a module
-that behaves in the jail and finds a route this list misses runs code there. Treat an LLM-written env as
-code to review before it trains on a machine that matters.
+and puts a time limit on its import and on every authored method. After emission (calibration, training,
+``gym.make`` of an emitted id) the module runs only in a persistent confined worker subprocess (``worker.py``,
+with the probe's confinement) behind a host-side proxy (``confined_env.py``) that exchanges checked JSON with
+it; the host never imports it. So a module that behaves in the jail and finds a route this list misses runs
+code in the worker's sandbox, not in the host, unless the sandbox itself is escaped (it is not hardened
+against kernel exploits) or the machine lacks a confinement (each missing one is logged as a warning).
+``gym.make(env_id, confined=False)``, a debugging opt-out, imports it in the host with the host's full rights
+again. Treat an LLM-written env as code to review before it trains on a machine that matters.
 
 This runs on the module's text only; nothing of it is executed here (the allowed standard modules and the
 authoring module are imported to list what they hold).
