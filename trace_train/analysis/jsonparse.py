@@ -12,14 +12,13 @@ _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)(?:```|$)", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
 
-def _strip_trailing_commas(text: str) -> str:
-    """Remove commas directly before a closing bracket, outside strings."""
-    out, in_str, esc = [], False, False
-    i = 0
-    while i < len(text):
+def _outside_strings(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """``(index, character)`` of each character of ``text`` from ``start`` that lies outside a JSON string literal
+    (the quotes themselves are not given)."""
+    in_str = esc = False
+    for i in range(start, len(text)):
         ch = text[i]
         if in_str:
-            out.append(ch)
             if esc:
                 esc = False
             elif ch == "\\":
@@ -28,19 +27,17 @@ def _strip_trailing_commas(text: str) -> str:
                 in_str = False
         elif ch == '"':
             in_str = True
-            out.append(ch)
-        elif ch == ",":
-            j = i + 1
-            while j < len(text) and text[j].isspace():
-                j += 1
-            if j < len(text) and text[j] in "}]":
-                i += 1
-                continue
-            out.append(ch)
         else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
+            yield i, ch
+
+
+_SPACE_THEN_CLOSE = re.compile(r"\s*[}\]]")
+
+
+def _strip_trailing_commas(text: str) -> str:
+    """Remove commas directly before a closing bracket, outside strings."""
+    drop = {i for i, ch in _outside_strings(text) if ch == "," and _SPACE_THEN_CLOSE.match(text, i + 1)}
+    return "".join(ch for i, ch in enumerate(text) if i not in drop)
 
 
 def _close_truncated(text: str) -> Any:
@@ -81,19 +78,9 @@ def _close_truncated(text: str) -> Any:
 
 def _matching_end(text: str, start: int) -> int:
     """The index after the bracket that closes the one at ``start`` (outside strings); ``len(text)`` if none does."""
-    depth, in_str, esc = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
+    depth = 0
+    for i, ch in _outside_strings(text, start):
+        if ch in "{[":
             depth += 1
         elif ch in "}]":
             depth -= 1

@@ -78,7 +78,8 @@ def _check_every_job(command: str, check: Task | None) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException
 
-    from trace_train.commands._validate import fail, sweep_jobs
+    from trace_train.commands._sweeps import sweep_jobs
+    from trace_train.commands._validate import fail
 
     jobs = sweep_jobs()
     if jobs is None:
@@ -149,7 +150,7 @@ def command_app(command: str, check: Task | None = None) -> Callable[[Task], Cal
         def job(cfg: DictConfig) -> None:
             from hydra.core.hydra_config import HydraConfig
 
-            from trace_train.commands._validate import in_multirun
+            from trace_train.commands._sweeps import in_multirun
 
             if not in_multirun():
                 checked(cfg)

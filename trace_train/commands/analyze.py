@@ -47,13 +47,8 @@ def check_values(cfg: DictConfig) -> Checked:
     before the first job."""
     import importlib
 
-    from trace_train.commands._validate import (
-        RESULTS_IF_EXISTS,
-        ConfigError,
-        check_groups,
-        check_multirun_output,
-        existing_path,
-    )
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import RESULTS_IF_EXISTS, ConfigError, check_groups, existing_path
 
     check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its selected_capabilities.json and labels")
     check_groups(cfg, "analysis")

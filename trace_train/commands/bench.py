@@ -117,7 +117,8 @@ def main(cfg: DictConfig) -> None:
     from trace_envs.records import write_json_atomic, write_trajectories
     from trace_train.bench import run_bench
     from trace_train.bench.html import write_html
-    from trace_train.commands._validate import check_multirun_output, check_results_dir, remove_stale_results
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_results_dir, remove_stale_results
     from trace_train.commands.rollout import exit_with
 
     try:

@@ -53,7 +53,8 @@ def main(cfg: DictConfig) -> None:
     from trace_train.bootstrap.compare import compare_models, model_fingerprint
     from trace_train.bootstrap.config import BootstrapConfig
     from trace_train.bootstrap.trainer import BootstrapPaused, Bootstrapper
-    from trace_train.commands._validate import check_groups, check_multirun_output, fail, paused
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_groups, fail, paused
 
     try:
         check_groups(cfg, "bootstrap")

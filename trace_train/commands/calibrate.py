@@ -47,15 +47,9 @@ def check_values(cfg: DictConfig) -> Checked:
     what to set); in a ``-m`` sweep, run on every job's config before the first job."""
     from trace_envs.families import FAMILIES
     from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands._sweeps import check_multirun_output
     from trace_train.commands._synthesis_common import check_policy
-    from trace_train.commands._validate import (
-        ConfigError,
-        check_bool,
-        check_env_kwargs,
-        check_groups,
-        check_multirun_output,
-        env_kwargs_dict,
-    )
+    from trace_train.commands._validate import ConfigError, check_bool, check_env_kwargs, check_groups, env_kwargs_dict
 
     check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its calibration.json")
     search = check_bool(cfg, "search")

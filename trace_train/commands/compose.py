@@ -50,7 +50,8 @@ def _container(value: Any) -> Any:
 def validate(cfg: DictConfig) -> dict[str, Any]:
     """Check every key before a model loads; the resolved paths and settings, or :class:`ConfigError`."""
     from trace_moe.config import MoEConfig
-    from trace_train.commands._validate import check_bool, check_groups, check_multirun_output
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_bool, check_groups
 
     check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its composition")
     for key in ("only_successful", "eval_greedy"):

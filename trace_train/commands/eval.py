@@ -55,7 +55,8 @@ def checked_out_dir(cfg: DictConfig, what: str) -> tuple[Path, list[Path]]:
     ``if_exists=overwrite``)."""
     from hydra.utils import to_absolute_path
 
-    from trace_train.commands._validate import check_multirun_output, check_results_dir
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_results_dir
     from trace_train.evaluation.run import result_files
 
     check_multirun_output(cfg, "out_dir", "${hydra:runtime.output_dir}", what)

@@ -55,7 +55,8 @@ def _check_shipped_checkpoint(name: str) -> None:
 def main(cfg: DictConfig) -> None:
     import trace_envs  # noqa: F401
     from trace_train.bootstrap.trainer import BootstrapPaused
-    from trace_train.commands._validate import check_groups, check_multirun_output, fail, known_env, model_dir, paused
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_groups, fail, known_env, model_dir, paused
     from trace_train.pipeline.config import PipelineConfigs
     from trace_train.pipeline.run import Pipeline
 

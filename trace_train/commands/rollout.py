@@ -51,12 +51,8 @@ def _checked(cfg: DictConfig) -> tuple[dict[str, int], str, list, Any, dict[str,
     """Validate all that needs no model and no env instance; returns (counts, if_exists, requests, policy spec,
     the settings a resume must repeat)."""
     from trace_train.commands._env_refs import resolve_cfg_envs
-    from trace_train.commands._validate import (
-        check_env_kwargs,
-        check_multirun_output,
-        check_policy_spec,
-        env_kwargs_dict,
-    )
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_env_kwargs, check_policy_spec, env_kwargs_dict
     from trace_train.policies import PolicySpec, check_policy_env
 
     check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}/trajectories.jsonl", "its trajectories")

@@ -49,7 +49,8 @@ class Checked:
 def check_values(cfg: DictConfig) -> Checked:
     """Every value of the command that can be checked before a model loads (``ValueError`` / ``TypeError`` saying
     what to set); in a ``-m`` sweep, run on every job's config before the first job."""
-    from trace_train.commands._validate import check_groups, check_multirun_output, existing_path
+    from trace_train.commands._sweeps import check_multirun_output
+    from trace_train.commands._validate import check_groups, existing_path
 
     check_multirun_output(cfg, "out_dir", "generated/${hydra:job.num}", "its rows of manifest.json")
     check_multirun_output(cfg, "out", "${hydra:runtime.output_dir}", "its synthesis_report.json")

@@ -60,13 +60,13 @@ def main(cfg: DictConfig) -> None:
     except ImportError:
         logger.info("trace_envs not importable; only already-registered env ids are available")
     from trace_train.commands._env_refs import resolve_cfg_envs
+    from trace_train.commands._sweeps import check_multirun_output
     from trace_train.commands._validate import (
         ConfigError,
         check_bool,
         check_counts,
         check_env_kwargs,
         check_groups,
-        check_multirun_output,
         env_kwargs_dict,
         fail,
         model_dir,
