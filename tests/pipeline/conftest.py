@@ -35,7 +35,7 @@ def _pipeline(run_dir: Path, policy: Path, *extra: str):
         "pipeline.rollouts.episodes=6", "pipeline.rollouts.batch_episodes=6",
         "grpo.iterations=1", "grpo.groups_per_iter=2", "grpo.group_size=2", "grpo.checkpoint_every=1",
         "pipeline.eval.episodes=3", "pipeline.eval.curve_episodes=2", "pipeline.policy.max_new_tokens=24",
-        "pipeline.policy.threads=1",
+        "pipeline.policy.threads=1", "pipeline.workers=1",  # the quick preset's 2 workers: asked for where tested
         "analysis.n_runs=3", "analysis.k=2", "synthesis.n_seeds=6", "synthesis.group_size=4",
         # calibrate against the (untrained) base itself, as the quick preset does: every candidate is too
         # hard for it, so the first is emitted anyway

@@ -55,7 +55,7 @@ class FakeTraining:
 
 
 def _pipeline(tmp_path: Path, *overrides: str) -> Pipeline:
-    c = configs("pipeline.compose.enabled=false", "grpo.iterations=2", "grpo.checkpoint_every=1",
+    c = configs("pipeline.compose.enabled=false", "grpo.iterations=2", "grpo.checkpoint_every=1", "pipeline.workers=1",
                 f"pipeline.run_dir={tmp_path}", *overrides)
     return Pipeline.from_configs(c, Path("."))
 

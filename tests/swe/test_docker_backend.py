@@ -15,6 +15,7 @@ from trace_envs.swe.docker_backend import (
     build_harness_call,
     docker_available,
     docker_exec_argv,
+    docker_kill_argv,
     docker_run_argv,
     instance_image,
     run_harness,
@@ -33,7 +34,10 @@ def test_cli_argv():
     assert "--network" in docker_run_argv("img", "n", network=False)
     assert "--network" not in docker_run_argv("img", "n", network=True)
     argv = docker_exec_argv("c1", "ls -la; echo 'x'", 7)
-    assert argv[:2] == ["docker", "exec"] and argv[-1].startswith("timeout -s KILL 7 bash -lc ")
+    assert argv[:2] == ["docker", "exec"] and argv[-3:-1] == ["bash", "-c"]
+    assert "timeout -s KILL 7 bash -lc 'ls -la; echo '\"'\"'x'\"'\"'' " in argv[-1]
+    assert "bash -c " in docker_exec_argv("c1", "x", 7, login=False)[-1]
+    assert docker_kill_argv("c1")[:5] == ["docker", "exec", "-w", "/testbed", "c1"]
 
 
 def test_build_harness_call_matches_real_run_instance_signature(local_tasks):

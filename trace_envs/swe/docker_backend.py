@@ -6,7 +6,9 @@ with a unique ``run_id`` per rollout (swebench returns a cached ``report.json`` 
 ``(run_id, model, instance)``) inside a private working directory (its ``logs/`` are cwd-relative).
 swebench 5.x and 4.x signatures are both handled. Nothing here imports swebench at module import.
 
-The agent's container gets the local backend's limits (``--memory``, ``--pids-limit``); command output is read
+The agent's container gets the local backend's limits (``--memory``, ``--pids-limit``), and, as there, a command
+leaves no process behind: the script each ``docker exec`` runs kills every process in the container but PID 1 when
+the command returns (:func:`container_script`). Command output is read
 through the same bounded head/tail capture as the local sandbox's, so a flooding command costs the host no
 memory. The submission is screened with the base commit's ``setup.cfg``/``pyproject.toml`` read from a fresh
 container of the image. swebench takes the patch as text: bytes of it that are not UTF-8 reach it as U+FFFD
@@ -80,11 +82,37 @@ def docker_run_argv(image: str, name: str, network: bool, memory_mb: int | None 
     return [*argv, image, "tail", "-f", "/dev/null"]
 
 
+# Kills every process in the container but its PID 1 (the idle `tail` of docker_run_argv) and the caller: kill(-1)
+# signals neither ("on Linux the call kill(-1,sig) does not signal the calling process", kill(2)) and reaches only
+# the caller's PID namespace. The caller is the shell (the builtin `kill`; an external one would die first). Only
+# where PID 1 is that `tail`: run outside the container by mistake it would kill whatever the user may.
+KILL_ALL_BUT_INIT = ('{ read -r init < /proc/1/comm; } 2>/dev/null && [ "$init" = tail ] '
+                     '&& kill -s KILL -- -1 2>/dev/null')
+
+
+def container_script(cmd: str, timeout_s: float, login: bool = True) -> str:
+    """The script ``docker exec`` runs: ``cmd`` in ``bash -lc`` (``bash -c`` unless ``login``) killed after
+    ``timeout_s``, then every process left in the container (as the local sandbox kills all a command started), also
+    before it (what a killed ``docker exec`` left); exits with ``cmd``'s status, 137 when the timeout killed it.
+
+    ``cmd`` runs in a group whose shell stderr is /dev/null (its own on fd 3): bash's "Killed" notice for the timed out
+    ``timeout`` stays out of the output."""
+    run = f"timeout -s KILL {max(1, int(timeout_s))} bash -{'l' if login else ''}c {shlex.quote(cmd)}"
+    return f"{KILL_ALL_BUT_INIT}; {{ {run} 2>&3 3>&-; }} 3>&2 2>/dev/null; rc=$?; {KILL_ALL_BUT_INIT}; exit $rc"
+
+
 def docker_exec_argv(container: str, cmd: str, timeout_s: float, interactive: bool = False,
                      login: bool = True) -> list[str]:
-    """``docker exec`` of ``bash -lc cmd`` (``bash -c`` unless ``login``) killed in-container after ``timeout_s``."""
-    inner = f"timeout -s KILL {max(1, int(timeout_s))} bash -{'l' if login else ''}c {shlex.quote(cmd)}"
-    return ["docker", "exec", *(["-i"] if interactive else []), "-w", WORKDIR, container, "bash", "-c", inner]
+    """``docker exec`` of :func:`container_script`: ``bash -lc cmd`` killed in-container after ``timeout_s``, and no
+    process of it left behind."""
+    return ["docker", "exec", *(["-i"] if interactive else []), "-w", WORKDIR, container, "bash", "-c",
+            container_script(cmd, timeout_s, login)]
+
+
+def docker_kill_argv(container: str) -> list[str]:
+    """``docker exec`` ending every process in ``container`` but PID 1 (after the host killed a ``docker exec``: its
+    command goes on in the container)."""
+    return ["docker", "exec", "-w", WORKDIR, container, "bash", "-c", KILL_ALL_BUT_INIT]
 
 
 @dataclass
@@ -242,6 +270,8 @@ class DockerBackend:
                           input_text.encode("utf-8") if input_text is not None else None)
         # `timeout -s KILL` exits 137 at the deadline; so does a command the kernel killed (e.g. for memory)
         timed_out = res.killed_on_host or (res.returncode in (124, 137) and time.monotonic() - started >= timeout)
+        if res.killed_on_host:
+            self._kill_strays()
         return ExecResult(res.stdout.text(limit), -9 if res.killed_on_host else res.returncode, timed_out)
 
     def _exec_bytes(self, cmd: str) -> tuple[int, bytes, str]:
@@ -253,12 +283,21 @@ class DockerBackend:
         res = run_bounded(docker_exec_argv(self.container, cmd, timeout, login=False), timeout + 30, MAX_READ_BYTES,
                           merge_stderr=False)
         if res.killed_on_host:
+            self._kill_strays()
             return -9, b"", f"timed out after {timeout:g}s"
         err = res.stderr.text(4000).strip()[-2000:]
         out = res.stdout.data()
         if out is None:
             return -8, b"", f"the output is over {MAX_READ_BYTES} bytes; refusing to hold it"
         return res.returncode, out, err
+
+    def _kill_strays(self) -> None:
+        """End what a ``docker exec`` the host killed left running in the container (its own script never got to)."""
+        assert self.container is not None
+        try:
+            subprocess.run(docker_kill_argv(self.container), capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):  # the next command's script kills them first anyway
+            pass
 
     def run(self, cmd: str, timeout_s: float | None = None) -> ExecResult:
         return self._exec(cmd, timeout_s)

@@ -141,7 +141,7 @@ def spawn(argv: list[str], cwd: Path, env: dict[str, str], limits: SandboxLimits
     capped by ``limits`` (``RLIMIT_AS`` memory, ``RLIMIT_FSIZE`` file size) and ``cpu_s`` CPU seconds.
 
     The one place a sandboxed command is started: :func:`execute` (run to the end) and the LLM env worker
-    (``trace_envs.synthesis.llm.confined_env``: a persistent process on pipes) both launch through it.
+    (``trace_envs.synthesis.llm.worker_client``: a persistent process on pipes) both launch through it.
     """
     return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
                             start_new_session=True, preexec_fn=lambda: _limit_child(limits, cpu_s), pass_fds=pass_fds)

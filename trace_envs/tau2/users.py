@@ -7,7 +7,9 @@ OpenAI-compatible client of every LLM role, ``trace_envs.llm_http.JSONHTTPClient
 bounds each attempt, ``retries`` extra attempts with backoff on connection errors, 5xx and 429).
 
 The scripted user (tests, gold replay) says the scenario's reason for call and known info, answers
-"yes" to confirmations and stops with ``###STOP###`` when the agent's turn asks nothing.
+"yes" to confirmations and stops with ``###STOP###`` when the agent's turn asks nothing. What counts as a
+confirmation is the retail-sim scripted user's rule, ``trace_envs.core.scripted.asks_to_confirm`` (a question that
+says "confirm" or asks leave to act; "Would you like anything else?" is not one).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trace_envs.config_builder import build
+from trace_envs.core.scripted import asks_to_confirm
 from trace_envs.core.tool_env import UserReply
 from trace_envs.llm_http import BadResponseError, JSONHTTPClient, ServerError
 
@@ -119,7 +122,6 @@ class LLMUser:
         return UserReply(text, stop=is_stop(text))
 
 
-_CONFIRM_WORDS = ("confirm", "proceed", "shall i", "should i", "would you like", "do you want", "go ahead", "(yes")
 MAX_IDLE_REPLIES = 2
 
 
@@ -135,10 +137,9 @@ class ScriptedUser:
         return " ".join(part for part in ("Hi!", self.reason, self.known) if part)
 
     def reply(self, assistant_text: str) -> UserReply:
-        text = assistant_text.lower()
-        if "?" not in text:
+        if "?" not in assistant_text:
             return UserReply(STOP, stop=True)
-        if any(word in text for word in _CONFIRM_WORDS):
+        if asks_to_confirm(assistant_text):  # the shared rule (trace_envs.core.scripted)
             return UserReply("yes")
         self.idle += 1
         if self.idle > MAX_IDLE_REPLIES:

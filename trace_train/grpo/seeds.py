@@ -4,6 +4,33 @@ Every number is a pure function of ``(run seed, iteration, group index[, member 
 ``numpy.random.SeedSequence``, so any rollout can be replayed and a resumed run sees exactly the
 seeds an uninterrupted run would have seen. All G members of a group share one env seed (identical
 initial state) and get distinct sampler seeds.
+
+Each stream's entropy is ``[run_seed, iteration, <its own fields>, <its tag>]`` (words counted for entries below
+2**32; a larger run seed takes more words, and the tag stays last):
+
+=================  ============================================  =====
+stream             entropy                                        words
+=================  ============================================  =====
+env seed           ``[seed, it, group, _TAG_ENV=0]``               4
+hinted members     ``[seed, it, group, _TAG_HINT=4]``              4
+update seed        ``[seed, it, rank, _TAG_UPDATE=5]``             4
+sampler seed       ``[seed, it, group, member, _TAG_SAMPLE=1]``    5
+shuffle            ``[seed, it, epoch, rank, _TAG_SHUFFLE=3]``     5
+env mixture        ``[seed, it, 0, 0, _TAG_MIX=2]``                5
+=================  ============================================  =====
+
+The rule that keeps them apart: **no stream's entropy may end in 0 unless its length alone separates it**, and
+two streams of one length need different tags. ``SeedSequence`` pads an entropy of fewer than 4 words (its pool
+size) with zeros, so ``[a, b, c]`` and ``[a, b, c, 0]`` are one and the same state (only words past the fourth
+are mixed in as written). The env seed's tag is 0 (kept: changing it would change every env seed, hence every
+published figure), so its 4 words read as any shorter entropy with the same leading words: no stream here may be
+shorter than 4 words. The env mixture once used ``[seed, it, 2]``, which is exactly the env-seed stream of group 2
+in the same iteration (the mixture's env choice was drawn from the state group 2's env seed came from); it is 5
+words now, which also keeps it apart from every 4-word stream elsewhere (the TRL adapter's ``member_seed`` covers
+all of them).
+Changing the mixture stream (session 44) changed every env-mixture draw: runs that train one adapter on several envs
+(the replication's mixture row, gates trained by GRPO on the mixture, multi-domain capability training) draw other
+envs per group than before, and a run resumed across the change sees a different mixture from then on.
 """
 
 from __future__ import annotations
@@ -16,7 +43,8 @@ import numpy as np
 from trace_envs.hints import hinted_count
 from trace_envs.splits import SPLITS
 
-# Domain tags keep the streams for env seeds, sampler seeds, env choice and shuffling independent.
+# Domain tags keep the streams for env seeds, sampler seeds, env choice and shuffling independent (each stream ends
+# in its tag; see the module docstring for why no stream may be shorter than 4 words).
 _TAG_ENV, _TAG_SAMPLE, _TAG_MIX, _TAG_SHUFFLE, _TAG_HINT, _TAG_UPDATE = 0, 1, 2, 3, 4, 5
 _MAX_SEED = 2**31 - 1
 
@@ -61,6 +89,12 @@ def hinted_members(run_seed: int, iteration: int, group: int, group_size: int, f
     return tuple(sorted(int(m) for m in rng.permutation(group_size)[:count]))
 
 
+def mixture_seed_sequence(run_seed: int, iteration: int) -> np.random.SeedSequence:
+    """The stream of one iteration's env-mixture draw: 5 words ending in its tag, so it is no env-seed stream
+    (``[run_seed, iteration, _TAG_MIX]`` was group ``_TAG_MIX``'s; see the module docstring)."""
+    return np.random.SeedSequence([run_seed, iteration, 0, 0, _TAG_MIX])
+
+
 @dataclass(frozen=True)
 class GroupSeeds:
     """The seeds of one group: which env, its env seed and one sampler seed per member."""
@@ -95,7 +129,7 @@ def plan_iteration(
     weights = np.asarray([float(env_weights[e]) for e in env_ids], dtype=np.float64)
     if len(env_ids) == 0 or np.any(weights < 0) or weights.sum() <= 0:
         raise ValueError(f"env mixture needs >= 1 env with positive total weight, got {dict(env_weights)}")
-    rng = np.random.default_rng(np.random.SeedSequence([run_seed, iteration, _TAG_MIX]))
+    rng = np.random.default_rng(mixture_seed_sequence(run_seed, iteration))
     choices = rng.choice(len(env_ids), size=groups, p=weights / weights.sum())
     return [
         GroupSeeds(

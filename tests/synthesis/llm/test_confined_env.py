@@ -21,8 +21,9 @@ from gymnasium.utils.env_checker import check_env
 from tests.synthesis.llm.llm_env_modules import CONSTANT_REWARD, GOOD, ORACLE_FAILS, RENAMES_TOOL
 from trace_envs.episode import play_scripted
 from trace_envs.synthesis.llm import authoring
-from trace_envs.synthesis.llm.confined_env import ConfinedEnv, WorkerError, _Worker
+from trace_envs.synthesis.llm.confined_env import ConfinedEnv, WorkerError
 from trace_envs.synthesis.llm.loader import ENTRY_POINT, sha256_text
+from trace_envs.synthesis.llm.worker_client import Worker
 
 REPO = Path(__file__).resolve().parents[3]
 VALID = {"good": GOOD, "oracle_fails": ORACLE_FAILS, "renames_tool": RENAMES_TOOL, "constant_reward": CONSTANT_REWARD}
@@ -243,18 +244,21 @@ def test_malformed_worker_output_is_a_clear_error(tmp_path, monkeypatch, case):
 
 
 def _fake_worker(monkeypatch, after_hello: str) -> None:
-    """Replace the worker by a script (confined as the worker is) that sends a valid hello, then ``after_hello``."""
+    """Replace the worker by a script (confined as the worker is) that sends a valid hello and builds the instance,
+    then answers the next request with ``after_hello``."""
     script = textwrap.dedent(f"""
         import sys, time
-        sys.stdout.write('{{"ok": true, "result": {{"max_steps": 12, "max_errors": 5, "render_mode": null, '
-                         '"capability": "fake"}}}}\\n')
+        sys.stdout.write('{{"ok": true, "result": {{"capability": "fake"}}}}\\n')
+        sys.stdout.flush()
+        sys.stdin.readline()
+        sys.stdout.write('{{"ok": true, "result": {{"max_steps": 12, "max_errors": 5, "render_mode": null}}}}\\n')
         sys.stdout.flush()
         sys.stdin.readline()
         {after_hello}
         sys.stdout.flush()
         time.sleep(60)
     """)
-    monkeypatch.setattr(_Worker, "_python_argv", lambda self, cfg: ["-I", "-c", script])
+    monkeypatch.setattr(Worker, "_python_argv", lambda self, cfg: ["-I", "-c", script])
 
 
 def test_a_worker_that_says_more_than_it_was_asked_is_stopped(tmp_path, monkeypatch):

@@ -1,19 +1,24 @@
-"""The confined worker of an LLM-written env: it hosts the one real ``Env`` instance, never the host.
+"""The confined worker of an LLM-written env: it hosts the real ``Env`` instances, never the host.
 
 ``python -s -P -m trace_envs.synthesis.llm.worker <config.json>`` runs inside the sandbox that
-``confined_env.ConfinedEnv`` launches (``sandbox.py``). It loads the module with ``loader.load_env_class`` (the
-same sha256 and static check as in the host, a time limit on the import), builds ``Env(**kwargs)`` and then
-serves requests until its stdin closes.
+``worker_client.Worker`` launches (``sandbox.py``). It loads the module with ``loader.load_env_class`` (the
+same sha256 and static check as in the host, a time limit on the import) and then serves requests until its
+stdin closes. It hosts any number of instances of the module's ``Env``, each its own object, named by an
+integer id the host assigns (several ``ConfinedEnv`` proxies of one host process share a worker).
 
 Protocol: JSON lines (UTF-8, ASCII-escaped, never pickle), one request on stdin, one reply on stdout:
 
-* first, unasked, the hello: ``{"ok": true, "result": {"max_steps": int, "max_errors": int, "render_mode": str |
-  null, "capability": str}}``, or an error when the module cannot be loaded or built;
-* requests ``{"op": "reset", "seed": int | null, "options": object | null}``, ``{"op": "step", "action": str |
-  object}``, ``{"op": "oracle_turns"}``, ``{"op": "transcript"}``, ``{"op": "render"}``;
+* first, unasked, the hello: ``{"ok": true, "result": {"capability": str}}``, or an error when the module cannot
+  be loaded;
+* requests, each naming its instance by ``"id"`` (an int): ``{"op": "new", "id": int, "kwargs": object}`` (builds
+  ``Env(**kwargs)`` as that instance; replies ``{"max_steps": int, "max_errors": int, "render_mode": str |
+  null}``), ``{"op": "reset", "id": int, "seed": int | null, "options": object | null}``, ``{"op": "step", "id":
+  int, "action": str | object}``, ``{"op": "oracle_turns", "id": int}``, ``{"op": "transcript", "id": int}``,
+  ``{"op": "render", "id": int}``; any request may carry ``"closed": [int, ...]``, instances the host released,
+  which the worker drops first;
 * replies ``{"ok": true, "result": ...}`` (reset: ``{"obs", "info"}``; step: ``{"obs", "reward", "terminated",
   "truncated", "info"}``) or ``{"ok": false, "error": {"type": "<exception class>", "message": str}}``: an error
-  of the env ends that call only; the worker serves the next one.
+  of the env (or a request naming no instance it hosts) ends that call only; the worker serves the next one.
 
 A reply is at most :data:`MAX_LINE_BYTES`; one that is larger, not JSON or not finite (``NaN``) is sent as an
 error instead. The host checks every reply again (it trusts nothing that comes from here). What the module
@@ -66,7 +71,29 @@ class _Channel:
         return line
 
 
-def _serve(env: Any, op: str, req: dict[str, Any]) -> Any:
+def _instance_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("a request names its env instance by an integer 'id'")
+    return value
+
+
+def _serve(cls: Any, envs: dict[int, Any], req: dict[str, Any]) -> Any:
+    for closed in req.get("closed") or ():  # released by the host: dropped (never called again)
+        if isinstance(closed, int):
+            envs.pop(closed, None)
+    op, iid = req["op"], _instance_id(req.get("id"))
+    if op == "new":
+        if iid in envs:
+            raise ValueError(f"env instance {iid} exists already")
+        kwargs = req.get("kwargs")
+        if not isinstance(kwargs, dict):
+            raise TypeError("the new instance's kwargs are not a JSON object")
+        env = cls(**kwargs)
+        envs[iid] = env
+        return {"max_steps": env.max_steps, "max_errors": env.max_errors, "render_mode": env.render_mode}
+    env = envs.get(iid)
+    if env is None:
+        raise KeyError(f"no env instance {iid} in this worker")
     if op == "reset":
         obs, info = env.reset(seed=req.get("seed"), options=req.get("options"))
         return {"obs": obs, "info": info}
@@ -102,13 +129,12 @@ def main(argv: list[str]) -> int:
         from trace_envs.synthesis.llm.validated import load_env_class
 
         cls = load_env_class(cfg["module_path"], cfg["sha256"])
-        env = cls(**cfg["kwargs"])
-        hello = {"max_steps": env.max_steps, "max_errors": env.max_errors, "render_mode": env.render_mode,
-                 "capability": str(getattr(cls, "capability", ""))}
+        hello = {"capability": str(getattr(cls, "capability", ""))}
     except BaseException as exc:  # noqa: BLE001 - every failure of the module is reported, then the worker ends
         channel.send(_error(exc))
         return 1
     channel.send({"ok": True, "result": hello})
+    envs: dict[int, Any] = {}  # instance id (assigned by the host) -> its own Env
     while True:
         try:
             line = channel.receive()
@@ -121,7 +147,7 @@ def main(argv: list[str]) -> int:
             req = json.loads(line)
             if not isinstance(req, dict) or not isinstance(req.get("op"), str):
                 raise ValueError("a request is a JSON object with a string 'op'")
-            result = _serve(env, req["op"], req)
+            result = _serve(cls, envs, req)
         except BaseException as exc:  # noqa: BLE001 - the env's error ends this call only (SystemExit included)
             channel.send(_error(exc))
             continue
