@@ -20,6 +20,7 @@ from gymnasium.utils.env_checker import check_env
 
 from tests.synthesis.llm.llm_env_modules import CONSTANT_REWARD, GOOD, ORACLE_FAILS, RENAMES_TOOL
 from trace_envs.episode import play_scripted
+from trace_envs.swe import confinement as conf
 from trace_envs.synthesis.llm import authoring
 from trace_envs.synthesis.llm.confined_env import ConfinedEnv, WorkerError
 from trace_envs.synthesis.llm.loader import ENTRY_POINT, sha256_text
@@ -50,16 +51,24 @@ def _gone(pids: set[int]) -> bool:
     return not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
 
-def _worker_python(env: ConfinedEnv) -> int:
-    """The pid of the worker's interpreter (not its launcher or the launcher's PID 1)."""
-    for pid in env.worker_pids:
+def _worker_interpreters(pids: set[int] | None = None) -> set[int]:
+    """The pids of every worker interpreter this process runs, or among ``pids`` (launchers and PID 1 left out)."""
+    found = set()
+    for pid in conf.descendants(os.getpid()) - {os.getpid()} if pids is None else pids:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 argv = fh.read().split(b"\0")
         except OSError:
             continue
         if b"trace_envs.synthesis.llm.worker" in argv and not any(a.endswith(b"jail.py") for a in argv):
-            return pid
+            found.add(pid)
+    return found
+
+
+def _worker_python(env: ConfinedEnv) -> int:
+    """The pid of the worker's interpreter (not its launcher or the launcher's PID 1)."""
+    for pid in _worker_interpreters(env.worker_pids):
+        return pid
     raise AssertionError(f"no worker interpreter among {env.worker_pids}")
 
 

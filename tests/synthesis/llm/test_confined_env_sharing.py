@@ -16,7 +16,15 @@ import time
 import pytest
 
 from tests.synthesis.llm.llm_env_modules import GOOD
-from tests.synthesis.llm.test_confined_env import SORRY_LOOP, _episode, _fake_worker, _gone, _module, _worker_python
+from tests.synthesis.llm.test_confined_env import (
+    SORRY_LOOP,
+    _episode,
+    _fake_worker,
+    _gone,
+    _module,
+    _worker_interpreters,
+    _worker_python,
+)
 from trace_envs.swe import confinement as conf
 from trace_envs.synthesis.llm import worker_pool
 from trace_envs.synthesis.llm.confined_env import ConfinedEnv, WorkerError
@@ -27,20 +35,6 @@ ERRORS = ["Hello, can you help?", '<tool_call>{"name": "no_such_tool", "argument
           '<tool_call>{"name": "find_user_id_by_email", "arguments": {"email": "x@y.z"}}</tool_call>',
           "I'm sorry.", "###STOP###"]
 TRUNCATED = ['<tool_call>{"name": "get_order_details", "arguments": {}}</tool_call>'] * 8
-
-
-def _worker_interpreters(pids: set[int] | None = None) -> set[int]:
-    """The pids of every worker interpreter this process runs, or among ``pids`` (launchers and PID 1 left out)."""
-    found = set()
-    for pid in conf.descendants(os.getpid()) - {os.getpid()} if pids is None else pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if b"trace_envs.synthesis.llm.worker" in argv and not any(a.endswith(b"jail.py") for a in argv):
-            found.add(pid)
-    return found
 
 
 def _close(*envs) -> None:
