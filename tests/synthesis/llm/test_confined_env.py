@@ -51,6 +51,15 @@ def _gone(pids: set[int]) -> bool:
     return not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
 
+def _oracle_reward(env) -> float:
+    """Play ``env``'s oracle turns from its current reset to the end; the last step's reward."""
+    for turn in env.oracle_turns():
+        _, reward, terminated, truncated, _ = env.step(turn)
+        if terminated or truncated:
+            break
+    return reward
+
+
 def _worker_interpreters(pids: set[int] | None = None) -> set[int]:
     """The pids of every worker interpreter this process runs, or among ``pids`` (launchers and PID 1 left out)."""
     found = set()
@@ -208,11 +217,7 @@ def test_a_worker_killed_from_outside_is_a_clear_error_and_the_next_reset_works(
         assert _gone(old)
         obs, info = env.reset(seed=0)
         assert "email" in obs[0]["content"] and env.worker_pids.isdisjoint(old)
-        for turn in env.oracle_turns():
-            _, reward, terminated, truncated, _ = env.step(turn)
-            if terminated or truncated:
-                break
-        assert reward == 1.0
+        assert _oracle_reward(env) == 1.0
     finally:
         env.close()
 
