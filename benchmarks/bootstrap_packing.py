@@ -47,6 +47,7 @@ def main() -> None:
     from trace_train.bootstrap.config import BootstrapConfig
     from trace_train.bootstrap.data import batches
     from trace_train.bootstrap.decisions import DecisionHead
+    from trace_train.bootstrap.ownership_circuit import OwnershipReadouts
     from trace_train.bootstrap.trainer import batch_loss
     from trace_train.model import ChatRenderer, load_policy
     from trace_train.model.chat_template import chat_template
@@ -71,14 +72,16 @@ def main() -> None:
         torch.manual_seed(0)  # one decision head, copied into both modes
         padded_cfg = cfg["none"]
         head0 = DecisionHead(base.config.hidden_size, padded_cfg.decisions) if padded_cfg.decision_loss_weight else None
+        readouts0 = OwnershipReadouts(base.config.hidden_size) if padded_cfg.ownership_circuit is not None else None
         for mode in MODES:
             model = copy.deepcopy(base).train()
-            head = copy.deepcopy(head0)
-            params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
-            states[mode] = (model, head, params, torch.optim.AdamW(params, lr=cfg[mode].lr))
+            head, readouts = copy.deepcopy(head0), copy.deepcopy(readouts0)
+            params = [*model.parameters(), *(head.parameters() if head is not None else ()),
+                      *(readouts.parameters() if readouts is not None else ())]
+            states[mode] = (model, (head, readouts), params, torch.optim.AdamW(params, lr=cfg[mode].lr))
         for mode in MODES:  # one untimed step each: first-call allocations are not a step's cost
-            model, head, params, optimizer = states[mode]
-            batch_loss(model, head, data[0], cfg[mode], tokenizer.pad_token_id)[0].backward()
+            model, heads, params, optimizer = states[mode]
+            batch_loss(model, heads[0], data[0], cfg[mode], tokenizer.pad_token_id, heads[1]).total.backward()
             model.zero_grad(set_to_none=True)
         wall = {mode: [] for mode in MODES}
         cpu = {mode: [] for mode in MODES}
@@ -86,9 +89,9 @@ def main() -> None:
         for _ in range(args.reps):
             for i, examples in enumerate(data):
                 for mode in MODES:
-                    model, head, params, optimizer = states[mode]
+                    model, heads, params, optimizer = states[mode]
                     t0, c0 = time.perf_counter(), time.process_time()
-                    loss, _ = batch_loss(model, head, examples, cfg[mode], tokenizer.pad_token_id)
+                    loss = batch_loss(model, heads[0], examples, cfg[mode], tokenizer.pad_token_id, heads[1]).total
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     if i == 0 and mode not in grads:

@@ -68,7 +68,7 @@ def test_focus_batches_play_their_own_kwargs_knobs_and_seeds(tmp_path):
     runner = bc.Bootstrapper(BootstrapConfig(**TINY), tmp_path)
     runner.run(progress=False)
     _, tokenizer = load_policy(runner.model_dir)
-    step, examples, focused = next(batches(cfg, ChatRenderer(tokenizer), 1))
+    step, examples, (focused,) = next(batches(cfg, ChatRenderer(tokenizer), 1))
     assert step == 1 and len(examples) == 2 and len(focused) == 3
     assert [e.seed for e in focused] == focus_seeds(cfg, 1)
     # the focus expert's knobs: precision 0 refunds every asked-for return to the gift card, precision 1 none
@@ -91,10 +91,10 @@ def test_a_focused_stage_adds_the_focus_loss_at_its_weight(tmp_path, monkeypatch
     calls = []
     original = bc.batch_loss
 
-    def spy(model, head, examples, cfg, pad_id):
-        loss, dec = original(model, head, examples, cfg, pad_id)
-        calls.append((len(examples), loss.item()))
-        return loss, dec
+    def spy(model, head, examples, cfg, pad_id, readouts=None):
+        terms = original(model, head, examples, cfg, pad_id, readouts)
+        calls.append((len(examples), terms.total.item()))
+        return terms
 
     monkeypatch.setattr(bc, "batch_loss", spy)
     cfg = BootstrapConfig(**TINY, focus=FocusConfig(env_kwargs=RETURNS, batch_size=3, weight=0.5))

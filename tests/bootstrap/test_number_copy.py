@@ -136,8 +136,8 @@ def test_the_number_loss_is_the_same_packed_and_padded_and_absent_without_number
         with_numbers = BootstrapConfig(**{**TINY, "packing": packing})
         without = BootstrapConfig(**{**TINY, "packing": packing, "number_copy_weight": 0.0})
         with torch.no_grad():
-            losses[packing] = (bc.batch_loss(model, None, examples, with_numbers, tokenizer.pad_token_id)[0]
-                               - bc.batch_loss(model, None, examples, without, tokenizer.pad_token_id)[0])
+            losses[packing] = (bc.batch_loss(model, None, examples, with_numbers, tokenizer.pad_token_id).total
+                               - bc.batch_loss(model, None, examples, without, tokenizer.pad_token_id).total)
     assert losses["none"] > 0.1
     torch.testing.assert_close(losses["packed"], losses["none"], rtol=1e-4, atol=1e-4)
     plain = [type(e)(e.ids, [0] * len(e.ids), e.seed) for e in examples]  # nothing restated, nothing in context

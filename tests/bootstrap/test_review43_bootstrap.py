@@ -161,10 +161,10 @@ def test_the_budget_spent_by_the_parent_is_not_given_again_to_the_child(tmp_path
     clock = {"offset": 0.0}  # the trainer's clock: real time plus 25 minutes for each step of the parent
     real_perf_counter, real_batch_loss = bc.time.perf_counter, bc.batch_loss
 
-    def slow_parent(model, head, examples, cfg, pad_id):
+    def slow_parent(model, head, examples, cfg, pad_id, readouts=None):
         if cfg.steps == 3:
             clock["offset"] += 25 * 60
-        return real_batch_loss(model, head, examples, cfg, pad_id)
+        return real_batch_loss(model, head, examples, cfg, pad_id, readouts)
 
     monkeypatch.setattr(bc, "batch_loss", slow_parent)
     monkeypatch.setattr(bc, "time", type("Clock", (), {"perf_counter": staticmethod(
@@ -182,9 +182,9 @@ def test_every_stage_of_a_chain_trains_with_the_last_stages_threads(tmp_path, mo
     in_force = []
     real_batch_loss = bc.batch_loss
 
-    def spy(model, head, examples, cfg, pad_id):
+    def spy(model, head, examples, cfg, pad_id, readouts=None):
         in_force.append(requested[-1])
-        return real_batch_loss(model, head, examples, cfg, pad_id)
+        return real_batch_loss(model, head, examples, cfg, pad_id, readouts)
 
     monkeypatch.setattr(bc, "batch_loss", spy)
     bc.Bootstrapper(_chain(parent={"threads": 2}, threads=1), tmp_path).run(progress=False)
@@ -297,8 +297,9 @@ def test_a_loss_that_is_not_finite_stops_the_run_before_the_update(tmp_path, mon
     real_batch_loss = bc.batch_loss
 
     def nan_loss(*args):
-        loss, decision_loss = real_batch_loss(*args)
-        return loss * float("nan"), decision_loss
+        terms = real_batch_loss(*args)
+        terms.total = terms.total * float("nan")
+        return terms
 
     monkeypatch.setattr(bc, "batch_loss", nan_loss)
     runner = bc.Bootstrapper(BootstrapConfig(**TINY), tmp_path)

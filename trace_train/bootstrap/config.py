@@ -63,6 +63,31 @@ class FocusConfig:
                              f"{self.weight}")
 
 
+MAX_FOCUSES = 4  # each focus draws its seeds from its own 100,000 train seeds (trace_train.bootstrap.data)
+
+
+@dataclass
+class OwnershipCircuitConfig:
+    """The ownership circuit's losses (trace_train.bootstrap.ownership_circuit): pointer terms for a layer-0 head
+    that matches each user id with its earlier copies and a layer-1 head that looks up the order's owner from the
+    precondition decision point, plus two "seen before" readouts. Pick the two heads in different key/value groups
+    from the number-copy head of the last layer (on the tiny preset head 0 shares its group with head 1)."""
+
+    match_head: int = 1
+    lookup_head: int = 2
+    pointer_weight: float = 1.0
+    seen_weight: float = 5.0
+    ownership_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        for key in ("match_head", "lookup_head"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"bootstrap.ownership_circuit.{key} must be >= 0, got {getattr(self, key)}")
+        for key in ("pointer_weight", "seen_weight", "ownership_weight"):
+            if not getattr(self, key) >= 0:  # NaN fails too
+                raise ValueError(f"bootstrap.ownership_circuit.{key} must be >= 0, got {getattr(self, key)}")
+
+
 @dataclass
 class BootstrapConfig:
     env: str = "trace/retail-sim-v0"
@@ -134,8 +159,11 @@ class BootstrapConfig:
     # Continue from the model of another bootstrap config (staged training); it runs first if not cached.
     init_from: dict[str, Any] | None = None
     data_offset_steps: int = 0  # skip this many steps' worth of BC seeds (a continuation sees fresh episodes)
-    # A focused second batch per step (FocusConfig), e.g. the gift-card refunds the target's mix rarely shows.
-    focus: FocusConfig | None = None
+    # A focused second batch per step (FocusConfig), e.g. the gift-card refunds the target's mix rarely shows; a
+    # list gives one more batch per focus, each with its own seeds and weight (read through ``focuses``).
+    focus: FocusConfig | list[FocusConfig] | None = None
+    # The ownership circuit's auxiliary losses (OwnershipCircuitConfig); needs the precondition decision.
+    ownership_circuit: OwnershipCircuitConfig | None = None
 
     def __post_init__(self) -> None:
         for key in ("steps", "batch_size", "checkpoint_every", "max_len"):
@@ -169,6 +197,12 @@ class BootstrapConfig:
         for key in NUMBER_COPY_WIDENINGS:
             if getattr(self, key) and not self.number_copy_weight:
                 raise ValueError(f"bootstrap.{key} needs bootstrap.number_copy_weight > 0: it widens that loss")
+        if isinstance(self.focus, list) and not 1 <= len(self.focus) <= MAX_FOCUSES:
+            raise ValueError(f"bootstrap.focus lists {len(self.focus)} focuses; give 1 to {MAX_FOCUSES} (or null)")
+        if self.ownership_circuit is not None and not (self.decision_loss_weight > 0
+                                                       and "precondition" in self.decisions):
+            raise ValueError("bootstrap.ownership_circuit needs bootstrap.decision_loss_weight > 0 with the "
+                             "precondition decision: its lookup starts at the precondition decision points")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "bootstrap") -> BootstrapConfig:
@@ -193,6 +227,13 @@ class BootstrapConfig:
                                  f"{getattr(parent, key)}: every stage of a chain keeps the first stage's "
                                  f"{_CHAIN_KEPT[key]}")
         return parent
+
+    @property
+    def focuses(self) -> tuple[FocusConfig, ...]:
+        """Every focus of the stage, in order (none, one, or the listed ones)."""
+        if self.focus is None:
+            return ()
+        return tuple(self.focus) if isinstance(self.focus, list) else (self.focus,)
 
     @property
     def last_step(self) -> int:
@@ -223,6 +264,8 @@ class BootstrapConfig:
             relevant["decisions"] = list(self.decisions)
         if self.focus is None:  # configs without a focus keep the hashes they had before it
             relevant.pop("focus")
+        if self.ownership_circuit is None:  # nor configs without the ownership circuit
+            relevant.pop("ownership_circuit")
         if self.init_from:
             relevant["init_from"] = self.parent.content_hash()
         version = env_data_version(self.env)

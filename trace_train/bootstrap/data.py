@@ -14,6 +14,7 @@ from trace_envs.retail_sim.tools import tool_vocabulary
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.decisions import DecisionPoint, decision_points
 from trace_train.bootstrap.number_copy import Evidence, NumberCopies, number_copies, number_token_ids
+from trace_train.bootstrap.ownership_circuit import OwnershipTargets, ownership_targets, user_id_tokens
 from trace_train.model import ChatRenderer, build_tokenizer, render_chat
 from trace_train.model.chat_template import chat_template
 from trace_train.model.system_notes import capability_note
@@ -23,7 +24,8 @@ from trace_train.rollout.scripted import ScriptedRolloutBackend
 # Train-split seeds are partitioned: the tokenizer corpus, then the BC stream (probe uses test seeds).
 TOKENIZER_SEED_OFFSET = 0
 TRAIN_SEED_OFFSET = 100_000
-FOCUS_SEED_OFFSET = 600_000  # the focus batches' own train seeds, past any BC stream's (8 per step: 62,500 steps)
+FOCUS_SEED_OFFSET = 600_000  # the focus batches' own train seeds, past any BC stream's
+FOCUS_SEED_RANGE = 100_000  # focus k draws from [offset + k * range, offset + (k + 1) * range): 12,500 steps of 8
 _HINT_TAG = 7  # keeps the hint draw independent of everything else drawn from a seed
 _NOTE_TAG = 11  # likewise for the system note
 MAX_NOTE_ITEMS = 4
@@ -37,6 +39,7 @@ class Example:
     copy_mask: list[int] | None = None  # 1 where the target is an entity id repeated outside an assistant turn
     decisions: list[DecisionPoint] | None = None  # act-or-refuse points (see trace_train.bootstrap.decisions)
     numbers: NumberCopies | None = None  # the numbers the episode restates (see trace_train.bootstrap.number_copy)
+    ownership: OwnershipTargets | None = None  # the ownership circuit's targets (bootstrap.ownership_circuit)
 
 
 def expert_backend(cfg: BootstrapConfig) -> ScriptedRolloutBackend:
@@ -155,10 +158,12 @@ def train_tokenizer(cfg: BootstrapConfig):
 
 def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfig,
            entity_ids: dict[int, str] | None = None, with_decisions: bool = False,
-           numbers: frozenset[int] | None = None, evidence: Sequence[Evidence] = ()) -> Example:
+           numbers: frozenset[int] | None = None, evidence: Sequence[Evidence] = (),
+           user_tokens: frozenset[int] | None = None) -> Example:
     """One episode as ids + assistant loss mask (+ the copy mask when ``entity_ids`` is given, + its
     decision points when ``with_decisions``, + its number copies when ``numbers`` holds the number tokens, with the
-    ``evidence`` the copy head also covers)."""
+    ``evidence`` the copy head also covers, + the ownership circuit's targets when ``user_tokens`` holds the user-id
+    tokens; they start at the decision points, so they need ``with_decisions``)."""
     enc = renderer.encode_episode(record.messages, record.info.get("tools") if cfg.render_tools else None)
     ids, mask = enc.ids[: cfg.max_len], enc.loss_mask[: cfg.max_len]
     copies = copy_mask(ids, mask, entity_ids) if entity_ids is not None else None
@@ -175,7 +180,10 @@ def encode(renderer: ChatRenderer, record: TrajectoryRecord, cfg: BootstrapConfi
                                  ids, token_id)
         decisions = [p for p in points if p.position + 1 < len(ids)]
     copied_numbers = number_copies(ids, mask, numbers, evidence) if numbers is not None else None
-    return Example(ids, mask, record.seed, copies, decisions, copied_numbers)
+    if user_tokens is not None and decisions is None:
+        raise ValueError("the ownership circuit's targets start at the decision points: encode with_decisions=True")
+    ownership = ownership_targets(ids, mask, decisions, user_tokens) if user_tokens is not None else None
+    return Example(ids, mask, record.seed, copies, decisions, copied_numbers, ownership)
 
 
 def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
@@ -184,38 +192,47 @@ def batch_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
     return split_seeds("train", cfg.batch_size, offset=start)
 
 
-def focus_config(cfg: BootstrapConfig) -> BootstrapConfig | None:
-    """The config the focus episodes are played with: the stage's, with the focus's env kwargs and knobs (None
-    without a focus)."""
-    if cfg.focus is None:
+def focus_config(cfg: BootstrapConfig, index: int = 0) -> BootstrapConfig | None:
+    """The config the episodes of focus ``index`` are played with: the stage's, with the focus's env kwargs and
+    knobs (None without a focus)."""
+    if not cfg.focuses:
         return None
-    return replace(cfg, env_kwargs=dict(cfg.focus.env_kwargs), knobs=replace(cfg.knobs, **cfg.focus.knobs),
-                   batch_size=cfg.focus.batch_size, focus=None)
+    focus = cfg.focuses[index]
+    return replace(cfg, env_kwargs=dict(focus.env_kwargs), knobs=replace(cfg.knobs, **focus.knobs),
+                   batch_size=focus.batch_size, focus=None)
 
 
-def focus_seeds(cfg: BootstrapConfig, step: int) -> list[int]:
-    """The train seeds of the focus batch of BC step ``step`` (their own range: the BC stream's are untouched)."""
-    if cfg.focus is None:
+def focus_seeds(cfg: BootstrapConfig, step: int, index: int = 0) -> list[int]:
+    """The train seeds of focus ``index``'s batch at BC step ``step`` (each focus has its own range, apart from the
+    BC stream's and the other focuses')."""
+    if not cfg.focuses:
         raise ValueError("focus_seeds needs a config with bootstrap.focus")
-    start = FOCUS_SEED_OFFSET + (cfg.data_offset_steps + step) * cfg.focus.batch_size
-    return split_seeds("train", cfg.focus.batch_size, offset=start)
+    size = cfg.focuses[index].batch_size
+    within = (cfg.data_offset_steps + step + 1) * size
+    if within > FOCUS_SEED_RANGE:
+        raise ValueError(f"focus {index} has used up its {FOCUS_SEED_RANGE:,} seeds at step {step} "
+                         f"(data_offset_steps={cfg.data_offset_steps}, batch_size={size})")
+    return split_seeds("train", size, offset=FOCUS_SEED_OFFSET + index * FOCUS_SEED_RANGE + within - size)
 
 
 def batches(cfg: BootstrapConfig, renderer: ChatRenderer,
-            start_step: int) -> Iterator[tuple[int, list[Example], list[Example]]]:
-    """``(step, examples, focus examples)`` from ``start_step`` to the stage's last step (no focus: ``[]``)."""
+            start_step: int) -> Iterator[tuple[int, list[Example], list[list[Example]]]]:
+    """``(step, examples, focus batches)`` from ``start_step`` to the stage's last step: one batch per focus of
+    ``cfg.focuses``, in order (no focus: ``[]``)."""
     entity_ids = entity_token_ids(renderer.tokenizer) if cfg.copy_loss_weight else None
     numbers = copy_head_token_ids(renderer.tokenizer, cfg) if cfg.number_copy_weight else None
     evidence = reason_evidence(renderer.tokenizer) if cfg.number_copy_reasons else ()
-    focus = focus_config(cfg)
+    users = user_id_tokens(entity_token_ids(renderer.tokenizer)) if cfg.ownership_circuit is not None else None
+    focuses = [focus_config(cfg, index) for index in range(len(cfg.focuses))]
 
     def encoded(c: BootstrapConfig, records: list[TrajectoryRecord]) -> list[Example]:
         return [encode(renderer, r, c, entity_ids, with_decisions=c.decision_loss_weight > 0, numbers=numbers,
-                       evidence=evidence) for r in records]
+                       evidence=evidence, user_tokens=users) for r in records]
 
     for step in range(start_step, cfg.last_step):
         examples = encoded(cfg, expert_episodes(cfg, batch_seeds(cfg, step)))
-        focused = encoded(focus, expert_episodes(focus, focus_seeds(cfg, step))) if focus is not None else []
+        focused = [encoded(focus, expert_episodes(focus, focus_seeds(cfg, step, index)))
+                   for index, focus in enumerate(focuses)]
         yield step, examples, focused
 
 

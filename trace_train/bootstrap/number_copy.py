@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from trace_train.bootstrap.attention_heads import head_query_key_value, layer_inputs, pointer_nll
 
 COPY_HEAD = 0  # the query head of the last layer that learns to copy numbers
 
@@ -108,34 +109,8 @@ def number_copies(ids: Sequence[int], loss_mask: Sequence[int], numbers: frozens
 @contextmanager
 def last_layer_input(body: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
     """Within the block, every forward of the decoder ``body`` appends the hidden states entering its last layer."""
-    captured: list[torch.Tensor] = []
-
-    def hook(_module, args, kwargs):
-        captured.append(args[0] if args else kwargs["hidden_states"])
-
-    handle = body.layers[-1].register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        yield captured
-    finally:
-        handle.remove()
-
-
-def _head_query_key_value(body: torch.nn.Module, states: torch.Tensor, head: int):
-    """Query, key and value ``(L, head_dim)`` of ``head`` in the last layer for one sequence's input ``states``."""
-    layer = body.layers[-1]
-    attention = layer.self_attn
-    x = layer.input_layernorm(states)[None]  # (1, L, H)
-    length, dim = states.shape[0], attention.head_dim
-    kv_head = head // (body.config.num_attention_heads // body.config.num_key_value_heads)
-    shape = (1, length, -1, dim)
-    query = attention.q_proj(x).view(shape)[:, :, head: head + 1]
-    key = attention.k_proj(x).view(shape)[:, :, kv_head: kv_head + 1]
-    if hasattr(attention, "q_norm"):  # Qwen3 normalises each head's query and key
-        query, key = attention.q_norm(query), attention.k_norm(key)
-    cos, sin = body.rotary_emb(states[None], torch.arange(length, device=states.device)[None])
-    query, key = apply_rotary_pos_emb(query.transpose(1, 2), key.transpose(1, 2), cos, sin)
-    value = attention.v_proj(x).view(shape)[0, :, kv_head]
-    return query[0, 0], key[0, 0], value
+    with layer_inputs(body, [-1]) as captured:
+        yield captured[-1]
 
 
 def number_copy_loss(model: torch.nn.Module, states: Sequence[torch.Tensor], copies: Sequence[NumberCopies],
@@ -151,16 +126,9 @@ def number_copy_loss(model: torch.nn.Module, states: Sequence[torch.Tensor], cop
     for episode_states, episode in zip(states, copies):
         if not episode.context:
             continue
-        query, key, value = _head_query_key_value(body, episode_states, head)
+        query, key, value = head_query_key_value(body, episode_states, head)
         if episode.queries:
-            at = torch.as_tensor(episode.queries, device=query.device)
-            scores = (query[at] @ key.T) * attention.scaling
-            positions = torch.arange(key.shape[0], device=key.device)
-            log_attn = scores.masked_fill(positions[None] > at[:, None], float("-inf")).log_softmax(-1)
-            source = torch.zeros_like(log_attn, dtype=torch.bool)
-            for row, where in enumerate(episode.sources):
-                source[row, where] = True
-            pointer_terms.append(-log_attn.masked_fill(~source, float("-inf")).logsumexp(-1))
+            pointer_terms.append(pointer_nll(query, key, attention.scaling, episode.queries, episode.sources))
         at = torch.as_tensor(episode.context, device=value.device)
         written = model.lm_head(body.norm(value[at] @ out_slice.T)).float()
         value_terms.append(torch.nn.functional.cross_entropy(

@@ -16,8 +16,7 @@ import logging
 import math
 import os
 import time
-from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,14 @@ from transformers import AutoTokenizer
 
 from trace_envs.atomic_io import publish_dir, set_plain_write_modes
 from trace_envs.records import append_jsonl, drop_rows_from, write_json_atomic
+from trace_train.bootstrap.attention_heads import layer_inputs
 from trace_train.bootstrap.compare import model_fingerprint
 from trace_train.bootstrap.config import BootstrapConfig
 from trace_train.bootstrap.data import Example, batches, pad_batch, train_tokenizer
 from trace_train.bootstrap.decisions import DecisionHead, decision_index
 from trace_train.bootstrap.linear_probe import linear_probes as fresh_linear_probes
-from trace_train.bootstrap.number_copy import last_layer_input, number_copy_loss
+from trace_train.bootstrap.number_copy import number_copy_loss
+from trace_train.bootstrap.ownership_circuit import LOOKUP_LAYER, MATCH_LAYER, OwnershipReadouts, ownership_circuit_loss
 from trace_train.bootstrap.probe import teacher_forced_probe
 from trace_train.grpo.packing import packed_hidden_states
 from trace_train.model import ChatRenderer, build_model, load_policy, save_policy
@@ -74,32 +75,54 @@ def masked_lm_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor
     return loss
 
 
+@dataclass
+class BatchLoss:
+    """One batch's BC loss and the parts the metrics log reports (None / empty when the stage has no such term)."""
+
+    total: torch.Tensor
+    decision: torch.Tensor | None = None
+    circuit: dict[str, float] = field(default_factory=dict)
+
+
 def batch_loss(model: torch.nn.Module, head: DecisionHead | None, examples: list[Example], cfg: BootstrapConfig,
-               pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The BC loss of one batch (LM + copy + weighted decision and number-copy losses) and its decision-loss
-    part, with the batch run padded or packed as ``cfg.packing`` says."""
+               pad_id: int, readouts: OwnershipReadouts | None = None) -> BatchLoss:
+    """The BC loss of one batch (LM + copy + weighted decision, number-copy and ownership-circuit losses), with the
+    batch run padded or packed as ``cfg.packing`` says. ``readouts``: the circuit's heads, when
+    ``cfg.ownership_circuit`` is set."""
     ids, attn, mask, copies = (torch.from_numpy(a) for a in pad_batch(examples, pad_id))
     if not mask[:, 1:].any():  # the LM loss would be the mean of nothing: NaN, and no gradient
         raise ValueError(f"bootstrap.max_len={cfg.max_len} cuts every episode of a batch before its first assistant "
                          f"token ({len(examples)} episodes of {max(len(e.ids) for e in examples)} tokens at most): "
                          "raise bootstrap.max_len")
-    capture = last_layer_input(model.model) if cfg.number_copy_weight else nullcontext([])
-    with capture as captured:
-        if cfg.packing == "packed":
+    circuit = cfg.ownership_circuit if readouts is not None else None
+    if cfg.ownership_circuit is not None and readouts is None:
+        raise ValueError("bootstrap.ownership_circuit is set: batch_loss needs its readouts")
+    layers = ([-1] if cfg.number_copy_weight else []) + ([MATCH_LAYER, LOOKUP_LAYER] if circuit else [])
+    packed = cfg.packing == "packed"
+    lengths = [len(e.ids) for e in examples]
+    with layer_inputs(model.model, layers) as captured:
+        if packed:
             hidden = packed_hidden_states(model.model, [e.ids for e in examples])
         else:
             hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
     loss = masked_lm_loss(model, ids, attn, mask, copies, cfg.copy_loss_weight, hidden=hidden)
     if cfg.number_copy_weight:
-        rows = _episode_rows(captured[0], [len(e.ids) for e in examples], cfg.packing == "packed")
+        rows = _episode_rows(captured[-1][0], lengths, packed)
         numbers = number_copy_loss(model, rows, [e.numbers for e in examples])
         if numbers is not None:
             loss = loss + cfg.number_copy_weight * numbers
-    decision_loss = None
+    out = BatchLoss(loss)
     if head is not None:
-        decision_loss = head.loss(hidden, *decision_index([e.decisions or [] for e in examples], head.decisions))
-        loss = loss + cfg.decision_loss_weight * decision_loss
-    return loss, decision_loss
+        out.decision = head.loss(hidden, *decision_index([e.decisions or [] for e in examples], head.decisions))
+        out.total = out.total + cfg.decision_loss_weight * out.decision
+    if circuit is not None:
+        layer0, layer1 = (_episode_rows(captured[layer][0], lengths, packed) for layer in (MATCH_LAYER, LOOKUP_LAYER))
+        final = _episode_rows(hidden, lengths, False)  # packed_hidden_states hands the final states back padded
+        terms = ownership_circuit_loss(model, readouts, circuit, layer0, layer1, final, [e.ownership for e in examples])
+        if terms is not None:
+            out.total = out.total + terms.total
+            out.circuit = terms.parts
+    return out
 
 
 def _episode_rows(states: torch.Tensor, lengths: list[int], packed: bool) -> list[torch.Tensor]:
@@ -120,12 +143,15 @@ class BootstrapPaused(RuntimeError):
 
 
 def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                     elapsed: float, head: DecisionHead | None = None, loss_ema: float | None = None) -> None:
+                     elapsed: float, head: DecisionHead | None = None, loss_ema: float | None = None,
+                     readouts: OwnershipReadouts | None = None) -> None:
     tmp = path.with_suffix(".tmp")
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
              "elapsed": elapsed, "torch_rng": torch.get_rng_state(), "loss_ema": loss_ema}
     if head is not None:
         state["decision_head"] = head.state_dict()
+    if readouts is not None:
+        state["ownership_readouts"] = readouts.state_dict()
     torch.save(state, tmp)
     os.replace(tmp, path)
 
@@ -241,8 +267,12 @@ class Bootstrapper:
         except Exception as exc:  # truncated zip, empty file, garbage: RuntimeError, EOFError, UnpicklingError, ...
             raise _damaged(path, exc, fix) from exc
         missing = [k for k in _CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else ["all"]
-        if missing or (self.cfg.decision_loss_weight > 0 and "decision_head" not in state):
-            raise _damaged(path, f"missing {missing or ['decision_head']}", fix)
+        if not missing:
+            wanted = {"decision_head": self.cfg.decision_loss_weight > 0,
+                      "ownership_readouts": self.cfg.ownership_circuit is not None}
+            missing = [key for key, needed in wanted.items() if needed and key not in state]
+        if missing:
+            raise _damaged(path, f"missing {missing}", fix)
         return state
 
     def _train(self, progress: bool, deadline: float) -> dict[str, Any]:
@@ -272,7 +302,11 @@ class Bootstrapper:
             head = DecisionHead(model.config.hidden_size, cfg.decisions)
             torch.nn.init.normal_(head.linear.weight, std=0.02, generator=generator)
             torch.nn.init.zeros_(head.linear.bias)
-        params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
+        readouts = None
+        if cfg.ownership_circuit is not None:
+            readouts = OwnershipReadouts(model.config.hidden_size, torch.Generator().manual_seed(cfg.seed + 1))
+        params = [*model.parameters(), *(head.parameters() if head is not None else ()),
+                  *(readouts.parameters() if readouts is not None else ())]
         optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
         ckpt_path = self.dir / "checkpoint.pt"
         start_step, elapsed, ema = 0, 0.0, None
@@ -282,6 +316,8 @@ class Bootstrapper:
             optimizer.load_state_dict(state["optimizer"])
             if head is not None:
                 head.load_state_dict(state["decision_head"])
+            if readouts is not None:
+                readouts.load_state_dict(state["ownership_readouts"])
             torch.set_rng_state(state["torch_rng"])
             start_step, elapsed = state["step"], state["elapsed"]
             ema = state.get("loss_ema")  # None in a checkpoint written before the EMA was saved
@@ -296,9 +332,11 @@ class Bootstrapper:
             for step, examples, focused in batches(cfg, renderer, start_step):
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(cfg, step)
-                loss, decision_loss = batch_loss(model, head, examples, cfg, tokenizer.pad_token_id)
-                if focused:  # the focus batch's loss (same terms) at its weight
-                    loss = loss + cfg.focus.weight * batch_loss(model, head, focused, cfg, tokenizer.pad_token_id)[0]
+                terms = batch_loss(model, head, examples, cfg, tokenizer.pad_token_id, readouts)
+                loss = terms.total
+                for focus, focus_batch in zip(cfg.focuses, focused):  # each focus batch's loss (same terms), weighted
+                    loss = loss + focus.weight * batch_loss(model, head, focus_batch, cfg, tokenizer.pad_token_id,
+                                                            readouts).total
                 if not torch.isfinite(loss):  # checked before the update: the last checkpoint stays a good one
                     raise ValueError(f"bootstrap {self.config_hash}: the loss at step {step + 1} is {loss.item()} (an "
                                      f"episode cut by bootstrap.max_len={cfg.max_len} before its first assistant "
@@ -313,13 +351,14 @@ class Bootstrapper:
                 if (step + 1) % 10 == 0 or step + 1 == cfg.last_step:
                     row = {"step": step + 1, "loss": loss.item(), "loss_ema": ema, "lr": lr_at(cfg, step),
                            "grad_norm": float(grad_norm), "elapsed_s": now}
-                    if decision_loss is not None:
-                        row["decision_loss"] = decision_loss.item()
+                    if terms.decision is not None:
+                        row["decision_loss"] = terms.decision.item()
+                    row.update({f"circuit_{name}": value for name, value in terms.circuit.items()})
                     append_jsonl(self.dir / "metrics.jsonl", row)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.last_step:
-                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema, readouts=readouts)
                 if time.perf_counter() > deadline and step + 1 < cfg.last_step:
-                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema)
+                    _save_checkpoint(ckpt_path, model, optimizer, step + 1, now, head, loss_ema=ema, readouts=readouts)
                     raise BootstrapPaused(self.config_hash, step + 1, cfg.last_step, cfg.time_budget_min, self.dir)
         model.eval()
         probe = teacher_forced_probe(model, tokenizer, renderer, cfg, decision_head=head)
