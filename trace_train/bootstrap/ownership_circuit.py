@@ -26,6 +26,7 @@ where it had kept 54.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -70,12 +71,15 @@ def ownership_targets(ids: Sequence[int], loss_mask: Sequence[int], decisions: S
     for point in decisions:
         if point.decision != "precondition" or point.position >= len(ids):
             continue
-        owner = next((t for t in range(point.position, -1, -1) if ids[t] in user_tokens and not loss_mask[t]), None)
-        if owner is None:
+        # the owner: the last user id outside assistant turns at or before the point (the match queries are exactly
+        # those tokens, in order)
+        index = bisect_right(out.match_queries, point.position) - 1
+        if index < 0:
             continue
+        owner = out.match_queries[index]
         out.lookup_queries.append(point.position)
         out.lookup_sources.append([owner])
-        out.seen_labels.append(any(ids[t] == ids[owner] for t in range(owner)))
+        out.seen_labels.append(earlier[ids[owner]][0] < owner)
     return out
 
 

@@ -94,8 +94,8 @@ def batch_loss(model: torch.nn.Module, head: DecisionHead | None, examples: list
         raise ValueError(f"bootstrap.max_len={cfg.max_len} cuts every episode of a batch before its first assistant "
                          f"token ({len(examples)} episodes of {max(len(e.ids) for e in examples)} tokens at most): "
                          "raise bootstrap.max_len")
-    circuit = cfg.ownership_circuit if readouts is not None else None
-    if cfg.ownership_circuit is not None and readouts is None:
+    circuit = cfg.ownership_circuit
+    if circuit is not None and readouts is None:
         raise ValueError("bootstrap.ownership_circuit is set: batch_loss needs its readouts")
     layers = ([-1] if cfg.number_copy_weight else []) + ([MATCH_LAYER, LOOKUP_LAYER] if circuit else [])
     packed = cfg.packing == "packed"
