@@ -12,7 +12,14 @@ Public API::
 message instead (:mod:`trace_moe.episode_router`).
 """
 
-from trace_moe.adapters import LoraAdapter, check_compatible, hash_adapter_dir, load_adapter, load_adapters
+from trace_moe.adapters import (
+    LoraAdapter,
+    adapted_modules,
+    check_compatible,
+    hash_adapter_dir,
+    load_adapter,
+    load_adapters,
+)
 from trace_moe.composed import ComposedModel, find_decoder_blocks
 from trace_moe.episode_router import EpisodeRouter, EpisodeRouterConfig, train_episode_router
 from trace_moe.examples import GateExample, example_from_record, read_examples
@@ -48,6 +55,7 @@ __all__ = [
     "RoutingReport",
     "TaskLevelRouter",
     "TrainableReport",
+    "adapted_modules",
     "check_compatible",
     "check_only_gates_trainable",
     "count_qwen3_moe_gates",

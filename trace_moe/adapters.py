@@ -1,7 +1,9 @@
 """Loading frozen peft LoRA adapters (``save_pretrained`` directories) that share one base model.
 
-Every adapter of a composition must agree on the base model name, the LoRA rank and the target
-modules; a mismatch raises a ``ValueError`` that names the offending adapter. Each adapter directory
+Every adapter of a composition must agree on the base model name and the LoRA rank; a mismatch raises a
+``ValueError`` that names the offending adapter. The adapted modules may differ (one adapter on layer 1's
+attention beside others on every layer's): the composition adapts their union, and an adapter leaves the modules it
+does not adapt as the base has them (see :func:`adapted_modules`). Each adapter directory
 gets a content hash (sha256 over its config and weight files) so a saved composition can verify that
 it is reloaded with exactly the adapters it was trained on.
 """
@@ -164,14 +166,16 @@ def _load_adapter(path: Path, name: str) -> LoraAdapter:
 
 
 def check_compatible(adapters: Sequence[LoraAdapter]) -> None:
-    """Raise ``ValueError`` naming the first adapter whose base, rank or targets differ from the first."""
+    """Raise ``ValueError`` naming the first adapter whose base or rank differ from the first, or whose LoRA
+    shapes on a module they share differ (the same module name on a differently shaped base)."""
     if not adapters:
         raise ValueError("at least one adapter is required")
     names = [a.name for a in adapters]
     if len(set(names)) != len(names):
         raise ValueError(f"adapter names must be unique, got {names}")
     ref = adapters[0]
-    for ad in adapters[1:]:
+    shapes: dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+    for ad in adapters:
         if ad.base_model != ref.base_model:
             raise ValueError(
                 f"adapter {ad.name!r} was trained on base {ad.base_model!r}, "
@@ -179,14 +183,17 @@ def check_compatible(adapters: Sequence[LoraAdapter]) -> None:
             )
         if ad.rank != ref.rank:
             raise ValueError(f"adapter {ad.name!r} has rank {ad.rank}, but adapter {ref.name!r} has rank {ref.rank}")
-        if ad.target_modules != ref.target_modules:
-            raise ValueError(
-                f"adapter {ad.name!r} targets {sorted(ad.target_modules)}, "
-                f"but adapter {ref.name!r} targets {sorted(ref.target_modules)}"
-            )
-        if set(ad.weights) != set(ref.weights):
-            diff = sorted(set(ad.weights) ^ set(ref.weights))[:3]
-            raise ValueError(f"adapter {ad.name!r} adapts different modules than {ref.name!r} (e.g. {diff})")
+        for module, (a, b) in ad.weights.items():
+            first = shapes.setdefault(module, (ad.name, tuple(a.shape), tuple(b.shape)))
+            if first[1:] != (tuple(a.shape), tuple(b.shape)):
+                raise ValueError(f"adapter {ad.name!r} has LoRA shapes A{tuple(a.shape)} B{tuple(b.shape)} on "
+                                 f"{module!r}, adapter {first[0]!r} A{first[1]} B{first[2]}")
+
+
+def adapted_modules(adapters: Sequence[LoraAdapter]) -> list[str]:
+    """The modules a composition of ``adapters`` adapts: the union of theirs, sorted. An adapter's update on a
+    module outside its own is zero, exactly as peft leaves that module when the adapter runs alone."""
+    return sorted(set().union(*(ad.weights for ad in adapters)))
 
 
 def load_adapters(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> list[LoraAdapter]:

@@ -22,7 +22,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from trace_moe.adapters import LoraAdapter, check_compatible, default_adapter_name, hash_adapter_dir, load_adapters
+from trace_moe.adapters import (
+    LoraAdapter,
+    adapted_modules,
+    check_compatible,
+    default_adapter_name,
+    hash_adapter_dir,
+    load_adapters,
+)
 from trace_moe.gated_lora import (
     BlockGate,
     GateConfig,
@@ -92,7 +99,7 @@ class ComposedModel(nn.Module):
 
     # ------------------------------------------------------------------ construction
     def _install(self, prefix: str) -> None:
-        module_names = sorted(self.adapters[0].weights)
+        module_names = adapted_modules(self.adapters)
         block_prefix = f"{prefix}." if prefix else ""
         for name in module_names:
             rest = name[len(block_prefix):] if name.startswith(block_prefix) else None
@@ -104,10 +111,11 @@ class ComposedModel(nn.Module):
             except AttributeError as exc:
                 raise ValueError(f"adapted module {name!r} does not exist in the base model") from exc
             parent_name, _, child = name.rpartition(".")
+            pairs = [ad.weights.get(name) or _zero_lora(base, ad.rank) for ad in self.adapters]
             wrapped = GatedLoRALinear(
                 base,
-                [ad.weights[name][0] for ad in self.adapters],
-                [ad.weights[name][1] for ad in self.adapters],
+                [a for a, _ in pairs],
+                [b for _, b in pairs],
                 [ad.scale for ad in self.adapters],
                 self.gates[layer],
             )
@@ -325,6 +333,13 @@ class ComposedModel(nn.Module):
                 gate.proj.bias[old:] = float(b.mean()) - EXTEND_MARGIN
         logger.info("extended composition %s (%d adapters) with %r in slot %d", in_dir, len(records), name, old)
         return composed
+
+
+def _zero_lora(base: nn.Module, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A and B of an adapter that does not adapt ``base``: its update there is exactly zero."""
+    weight = base.weight
+    return (torch.zeros(rank, weight.shape[1], dtype=weight.dtype, device=weight.device),
+            torch.zeros(weight.shape[0], rank, dtype=weight.dtype, device=weight.device))
 
 
 def _base_reference(base: str) -> str:

@@ -143,9 +143,6 @@ def test_incompatible_adapters_raise_naming_the_offender(tiny, tmp_path):
     other_rank = make_adapter(base_path, tmp_path / "rank8", seed=5, rank=8)
     with pytest.raises(ValueError, match="'rank8' has rank 8"):
         load_adapters([adapter_paths[0], other_rank])
-    other_targets = make_adapter(base_path, tmp_path / "qonly", seed=6, targets=["q_proj"])
-    with pytest.raises(ValueError, match="'qonly' targets"):
-        load_adapters([adapter_paths[0], other_targets])
     moved = shutil.copytree(adapter_paths[2], tmp_path / "elsewhere")
     cfg = moved / "adapter_config.json"
     data = json.loads(cfg.read_text())

@@ -55,6 +55,22 @@ def test_the_1x_target_row_taken_from_the_4x_run_is_redone_when_the_4x_run_is(tm
     assert stages["baselines/grpo_target"]["last_action"] == "ran"
 
 
+def test_a_capability_override_redoes_its_adapter_and_what_follows(tmp_path, monkeypatch):
+    """``pipeline.capability_grpo`` enters the training hash: the adapter trains again with it (so does what reads
+    the adapters), the same override again skips, and a run without overrides keeps its hashes."""
+    first = _run(tmp_path / "run", monkeypatch)
+    assert _run(tmp_path / "run", monkeypatch, capability_grpo={})["train/precondition_verification"][
+        "last_action"] == "skipped"
+    over = {"precondition_verification": {"lr": 3e-3}}
+    stages = _run(tmp_path / "run", monkeypatch, capability_grpo=over)
+    assert {stages[k]["last_action"] for k in ("train/precondition_verification", "eval")} == {"ran"}
+    assert stages["train/precondition_verification"]["hash"] != first["train/precondition_verification"]["hash"]
+    assert stages["train/precondition_verification"]["outputs"]["lr"] == 3e-3
+    assert first["train/precondition_verification"]["outputs"]["lr"] == GRPOConfig().lr
+    stages = _run(tmp_path / "run", monkeypatch, capability_grpo=over)
+    assert stages["train/precondition_verification"]["last_action"] == "skipped"
+
+
 def test_the_composition_fingerprint_sees_the_gates_not_the_paths(tmp_path):
     """The compose stage's outputs carry it, so eval (whose hash reads those outputs) redoes a changed composition
     even when its directory and counts stay the same."""

@@ -22,7 +22,8 @@ TRAINED_BASELINES = ("grpo_target", "grpo_target_4x", "mixture", "sft")
 STAGES = ("bootstrap", "rollouts", "analysis", "synthesis", "train", "compose", "baselines", "eval", "routing",
           "replication", "report")
 GATE_GRPO_ROWS = ("target", "mixture")
-# GRPO keys a trained baseline may not override: its rollout budget is TRACE's by design, its seed the run's
+# GRPO keys a trained baseline or one capability's adapter may not override: every adapter's rollout budget is the
+# grpo group's and a trained baseline's is TRACE's by design, the seed is the run's
 FIXED_BASELINE_GRPO_KEYS = ("iterations", "groups_per_iter", "group_size", "seed")
 
 
@@ -137,6 +138,9 @@ class PipelineConfig:
     baselines: list[str] = field(default_factory=lambda: ["grpo_target"])
     # per trained baseline, grpo keys it trains with instead of the grpo group's, e.g. {sft: {ppo_epochs: 1}}
     baseline_grpo: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per capability, grpo keys its adapter trains with instead, e.g. {precondition_verification: {lora:
+    # {target_modules: [layers.1.self_attn.q_proj, ...]}}} (the composer adapts the union of the adapters' modules)
+    capability_grpo: dict[str, dict[str, Any]] = field(default_factory=dict)
     rollouts: RolloutStageConfig = field(default_factory=RolloutStageConfig)
     train: TrainStageConfig = field(default_factory=TrainStageConfig)
     compose: ComposeStageConfig = field(default_factory=ComposeStageConfig)
@@ -161,6 +165,7 @@ class PipelineConfig:
             raise ValueError(f"pipeline.baselines: unknown baselines {bad}; choose from {list(BASELINES)}")
         check_force(self.force)
         self._validate_baseline_grpo()
+        self._validate_capability_grpo()
         if self.report.routing_sample < 0:
             raise ValueError(f"pipeline.report.routing_sample must be >= 0, got {self.report.routing_sample}")
         if self.labeler not in ("programmatic", "llm"):
@@ -218,21 +223,32 @@ class PipelineConfig:
                 logger.warning("pipeline.baseline_grpo.%s: %s is not in pipeline.baselines %s; ignored",
                                name, name, self.baselines)
 
+    def _validate_capability_grpo(self) -> None:
+        for name, override in self.capability_grpo.items():
+            fixed = sorted(set(override) & set(FIXED_BASELINE_GRPO_KEYS))
+            if fixed:
+                raise ValueError(f"pipeline.capability_grpo.{name}: {fixed} cannot differ per capability (every "
+                                 "adapter's rollout budget is the grpo group's, the seed the run's); set them in the "
+                                 "grpo group")
+            if self.capabilities is not None and name not in self.capabilities:
+                logger.warning("pipeline.capability_grpo.%s: %s is not in pipeline.capabilities %s; ignored",
+                               name, name, self.capabilities)
+
     def baseline_grpo_cfg(self, name: str, grpo: Any) -> Any:
         """The GRPO config trained baseline ``name`` trains with: ``grpo`` with ``baseline_grpo.<name>`` over it
         (built strictly and validated: an unknown or invalid key fails with its path)."""
-        override = self.baseline_grpo.get(name)
-        if not override:
-            return grpo
-        base = grpo.to_dict()  # a nested key ({lora: {r: 8}}) overrides that key only
-        data = {k: {**base[k], **v} if isinstance(v, Mapping) and isinstance(base.get(k), dict) else v
-                for k, v in override.items()}
-        merged = type(grpo).from_mapping({**base, **data}, path=f"pipeline.baseline_grpo.{name}")
-        try:
-            merged.validate()
-        except ValueError as err:
-            raise ValueError(f"pipeline.baseline_grpo.{name}: {err}") from err
-        return merged
+        return _grpo_with(grpo, self.baseline_grpo.get(name), f"pipeline.baseline_grpo.{name}")
+
+    def capability_grpo_cfg(self, capability: str, grpo: Any) -> Any:
+        """The GRPO config the adapter of ``capability`` trains with: ``grpo`` with ``capability_grpo.<capability>``
+        over it (built strictly and validated)."""
+        return _grpo_with(grpo, self.capability_grpo.get(capability), f"pipeline.capability_grpo.{capability}")
+
+    def grpo_overrides(self) -> list[Any]:
+        """The per-capability overrides as stage hashes see them: nothing when there are none (older runs keep
+        their hashes)."""
+        over = {n: o for n, o in self.capability_grpo.items() if o}
+        return [{"capability_grpo": over}] if over else []
 
     def _validate_replication(self) -> None:
         rep = self.replication
@@ -345,6 +361,24 @@ class PipelineConfigs:
         pipeline = PipelineConfig.from_dict(cfg.pipeline)
         for name in pipeline.baseline_grpo:  # a bad per-row key fails now, not when that row starts training
             pipeline.baseline_grpo_cfg(name, grpo)
+        for name in pipeline.capability_grpo:
+            pipeline.capability_grpo_cfg(name, grpo)
         return cls(pipeline=pipeline, bootstrap=BootstrapConfig.from_dict(cfg.bootstrap),
                    analysis=AnalysisConfig.from_dict(cfg.analysis), synthesis=SynthesisConfig.from_dict(cfg.synthesis),
                    grpo=grpo, moe=MoEConfig.from_dict(cfg.moe))
+
+
+def _grpo_with(grpo: Any, override: Mapping[str, Any] | None, path: str) -> Any:
+    """``grpo`` with ``override`` over it, built strictly and validated; a nested key ({lora: {r: 8}}) overrides
+    that key only."""
+    if not override:
+        return grpo
+    base = grpo.to_dict()
+    data = {k: {**base[k], **v} if isinstance(v, Mapping) and isinstance(base.get(k), dict) else v
+            for k, v in override.items()}
+    merged = type(grpo).from_mapping({**base, **data}, path=path)
+    try:
+        merged.validate()
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from err
+    return merged

@@ -110,7 +110,8 @@ class Pipeline:
             logger.warning("synthesis emitted no env to train for %s (none passed the calibration gate, or no family "
                            "or generator builds it): no adapter and no composed model; the baselines still run",
                            to_synthesize)
-        h_train = content_hash(h_syn, self.grpo_cfg.hash_part(), asdict(cfg.train), policy_hash_part(cfg))
+        h_train = content_hash(h_syn, self.grpo_cfg.hash_part(), asdict(cfg.train), policy_hash_part(cfg),
+                               *cfg.grpo_overrides())
         # every run seed's adapters, composed model and trained baselines: one graph of jobs, so that with
         # pipeline.workers > 1 the replication's extra seeds train beside the pipeline's own
         extra_seeds = list(cfg.replication.extra_seeds) if cfg.replication.enabled else []
@@ -162,9 +163,9 @@ class Pipeline:
         h = h_train if seed is None else content_hash(h_train, "seed", seed)
         per_iteration = grpo_cfg.groups_per_iter * grpo_cfg.group_size
         jobs = [Job(f"train/{cap}{tag}",
-                    lambda done, cap=cap, env=env: r.run(f"train/{cap}{tag}", content_hash(h, cap),
-                                                         lambda d: grpo_run(cfg, grpo_cfg, model, env, cap, d,
-                                                                            grpo_cfg.iterations)),
+                    lambda done, cap=cap, env=env, cap_cfg=cfg.capability_grpo_cfg(cap, grpo_cfg):
+                        r.run(f"train/{cap}{tag}", content_hash(h, cap),
+                              lambda d: grpo_run(cfg, cap_cfg, model, env, cap, d, cap_cfg.iterations)),
                     cost=grpo_cfg.iterations * per_iteration)
                 for cap, env in envs.items()]
         adapters = {cap: f"train/{cap}{tag}" for cap in envs}
