@@ -61,12 +61,13 @@ class FakeTraining:
         return {"adapter_dir": str(out / "final"), "versions": versions, "rollouts": iterations * 4}
 
 
-def test_each_adapter_trains_with_its_own_config(tmp_path, monkeypatch):
+def test_each_adapter_trains_with_its_own_config(tmp_path, monkeypatch, caplog):
     fake = FakeTraining()
     monkeypatch.setattr(pipeline_run, "grpo_run", fake)
     c = configs("pipeline.compose.enabled=false", "grpo.iterations=2", "grpo.checkpoint_every=1",
                 "pipeline.workers=1", f"pipeline.run_dir={tmp_path}", "pipeline.baselines=[mixture]",
-                f"++pipeline.capability_grpo={{precondition_verification:{{lr:0.001,lora:{{target_modules:{LAYER1}}}}}}}")
+                f"++pipeline.capability_grpo={{precondition_verification:{{lr:0.001,lora:{{target_modules:{LAYER1}}}}},"
+                "tool_calling_precision:{lr:0.002}}")
     Pipeline.from_configs(c, Path(".")).train_run("model", ENVS, content_hash("h", *c.pipeline.grpo_overrides()))
     full = tuple(c.grpo.lora.target_modules)
     assert fake.calls == {
@@ -74,3 +75,5 @@ def test_each_adapter_trains_with_its_own_config(tmp_path, monkeypatch):
         "multi_step_completion": (c.grpo.lr, full),
         "mixture": (c.grpo.lr, full),  # a baseline keeps the grpo group's config
     }
+    # an override for a capability the run does not train is said, not dropped silently
+    assert "no adapter is trained for ['tool_calling_precision']" in caplog.text

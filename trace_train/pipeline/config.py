@@ -230,9 +230,6 @@ class PipelineConfig:
                 raise ValueError(f"pipeline.capability_grpo.{name}: {fixed} cannot differ per capability (every "
                                  "adapter's rollout budget is the grpo group's, the seed the run's); set them in the "
                                  "grpo group")
-            if self.capabilities is not None and name not in self.capabilities:
-                logger.warning("pipeline.capability_grpo.%s: %s is not in pipeline.capabilities %s; ignored",
-                               name, name, self.capabilities)
 
     def baseline_grpo_cfg(self, name: str, grpo: Any) -> Any:
         """The GRPO config trained baseline ``name`` trains with: ``grpo`` with ``baseline_grpo.<name>`` over it

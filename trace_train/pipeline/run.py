@@ -151,6 +151,10 @@ class Pipeline:
     def train_runs(self, model: str, envs: dict[str, Any], h_train: str,
                    seeds: list[int | None]) -> list[TrainedRun]:
         """``train_run`` of each seed, all their stages one graph of jobs (``pipeline.workers`` of them at once)."""
+        unused = sorted(set(self.cfg.capability_grpo) - set(envs))
+        if unused:
+            logger.warning("pipeline.capability_grpo: no adapter is trained for %s (trained: %s); their overrides are "
+                           "not used", unused, sorted(envs))
         plans = [self._train_plan(model, envs, h_train, seed) for seed in seeds]
         results = run_jobs([job for plan in plans for job in plan.jobs], self.cfg.workers)
         self.runner.refresh()
