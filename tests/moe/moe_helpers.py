@@ -49,3 +49,27 @@ def make_adapter(base_path: Path, out: Path, seed: int, rank: int = 4, alpha: fl
 
 def make_adapters(root: Path, base_path: Path, n: int = 3, **kw) -> list[Path]:
     return [make_adapter(base_path, root / f"cap{i}", seed=100 + i, **kw) for i in range(n)]
+
+
+def token_ids(seed: int = 1, shape=(2, 9)) -> torch.Tensor:
+    """Random token ids below the tiny vocabulary, from their own seeded generator."""
+    return torch.randint(0, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def assert_slots_are_their_peft_adapters(composed, base_path: Path, adapter_paths, ids: torch.Tensor) -> list:
+    """Each adapter slot forced alone gives exactly its peft adapter's logits (and, through the dense gated path of a
+    per-sequence forcing, the same up to rounding); each adapter changes the base. Returns the peft logits."""
+    from peft import PeftModel
+
+    base_logits = load_base(base_path)(ids).logits
+    outputs = []
+    for slot, path in enumerate(adapter_paths, start=1):
+        peft_logits = PeftModel.from_pretrained(load_base(base_path), str(path)).eval()(ids).logits
+        assert (peft_logits - base_logits).abs().max() > 1e-2, "each adapter must change the model"
+        with composed.forcing(slot):
+            assert torch.equal(composed(ids).logits, peft_logits)
+        with composed.forcing(torch.full((ids.shape[0],), slot)):
+            torch.testing.assert_close(composed(ids).logits, peft_logits, rtol=1e-5, atol=1e-5)
+        outputs.append(peft_logits)
+    return outputs

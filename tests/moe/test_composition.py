@@ -12,11 +12,8 @@ from peft import PeftModel
 from trace_moe import ComposedModel, GateConfig, load_adapters
 from trace_moe.gated_lora import GatedLoRALinear
 
-from .moe_helpers import load_base, make_adapter
-
-
-def _ids(seed: int = 1, shape=(2, 9)) -> torch.Tensor:
-    return torch.randint(0, 300, shape, generator=torch.Generator().manual_seed(seed))
+from .moe_helpers import assert_slots_are_their_peft_adapters, load_base, make_adapter
+from .moe_helpers import token_ids as _ids
 
 
 def _randomize_gates(composed: ComposedModel, seed: int = 7, scale: float = 3.0) -> None:
@@ -35,16 +32,7 @@ def test_forced_slots_equal_base_and_each_peft_adapter(tiny):
     base_logits = load_base(base_path)(ids).logits
     with composed.forcing(0):
         assert torch.equal(composed(ids).logits, base_logits)
-    seen = []
-    for slot, path in enumerate(adapter_paths, start=1):
-        peft_logits = PeftModel.from_pretrained(load_base(base_path), str(path)).eval()(ids).logits
-        assert (peft_logits - base_logits).abs().max() > 1e-2, "adapter must change the model"
-        with composed.forcing(slot):
-            assert torch.equal(composed(ids).logits, peft_logits)
-        # the per-sequence (tensor) forcing goes through the dense gated path: same up to rounding
-        with composed.forcing(torch.full((ids.shape[0],), slot)):
-            torch.testing.assert_close(composed(ids).logits, peft_logits, rtol=1e-5, atol=1e-5)
-        seen.append(peft_logits)
+    seen = assert_slots_are_their_peft_adapters(composed, base_path, adapter_paths, ids)
     assert (seen[0] - seen[1]).abs().max() > 1e-2, "adapters must differ from each other"
 
 

@@ -9,13 +9,10 @@ from peft import PeftModel
 from trace_moe import ComposedModel, GateConfig, LoraAdapter, adapted_modules, check_compatible, load_adapters
 from trace_moe.routers import static_merge
 
-from .moe_helpers import load_base, make_adapter
+from .moe_helpers import assert_slots_are_their_peft_adapters, load_base, make_adapter
+from .moe_helpers import token_ids as _ids
 
 LAYER1_ATTENTION = ["layers.1.self_attn.q_proj", "layers.1.self_attn.v_proj"]
-
-
-def _ids(seed: int = 1, shape=(2, 9)) -> torch.Tensor:
-    return torch.randint(0, 300, shape, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.fixture(scope="module")
@@ -49,17 +46,7 @@ def test_the_composition_adapts_the_union_and_zero_where_an_adapter_does_not(mix
 def test_each_forced_slot_is_exactly_its_peft_adapter(mixed):
     base_path, paths = mixed
     composed = ComposedModel.from_pretrained(base_path, paths)
-    ids = _ids()
-    base_logits = load_base(base_path)(ids).logits
-    outputs = []
-    for slot, path in enumerate(paths, start=1):
-        peft_logits = PeftModel.from_pretrained(load_base(base_path), str(path)).eval()(ids).logits
-        assert (peft_logits - base_logits).abs().max() > 1e-2, "each adapter must change the model"
-        with composed.forcing(slot):
-            assert torch.equal(composed(ids).logits, peft_logits)
-        with composed.forcing(torch.full((ids.shape[0],), slot)):  # the dense path, all adapters at once
-            torch.testing.assert_close(composed(ids).logits, peft_logits, rtol=1e-5, atol=1e-5)
-        outputs.append(peft_logits)
+    outputs = assert_slots_are_their_peft_adapters(composed, base_path, paths, _ids())
     assert (outputs[1] - outputs[2]).abs().max() > 1e-2
 
 

@@ -166,10 +166,11 @@ class Pipeline:
         tag = "" if seed is None else f"@s{seed}"
         h = h_train if seed is None else content_hash(h_train, "seed", seed)
         per_iteration = grpo_cfg.groups_per_iter * grpo_cfg.group_size
+        cap_cfgs = {cap: cfg.capability_grpo_cfg(cap, grpo_cfg) for cap in envs}
         jobs = [Job(f"train/{cap}{tag}",
-                    lambda done, cap=cap, env=env, cap_cfg=cfg.capability_grpo_cfg(cap, grpo_cfg):
-                        r.run(f"train/{cap}{tag}", content_hash(h, cap),
-                              lambda d: grpo_run(cfg, cap_cfg, model, env, cap, d, cap_cfg.iterations)),
+                    lambda done, cap=cap, env=env: r.run(f"train/{cap}{tag}", content_hash(h, cap),
+                                                         lambda d: grpo_run(cfg, cap_cfgs[cap], model, env, cap, d,
+                                                                            grpo_cfg.iterations)),
                     cost=grpo_cfg.iterations * per_iteration)
                 for cap, env in envs.items()]
         adapters = {cap: f"train/{cap}{tag}" for cap in envs}
