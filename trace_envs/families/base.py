@@ -30,6 +30,7 @@ from trace_envs.domains import Domain, Request, get_domain
 from trace_envs.domains.errors import DrawFailed
 from trace_envs.hints import CAPABILITY_HINTS, hint_requested, with_hint
 from trace_envs.splits import split_of
+from trace_envs.twins import twin_requested
 
 MAX_DRAWS = 200
 NORMAL_ENDINGS = frozenset({"user_stop", "agent_stop", "transfer"})
@@ -181,13 +182,14 @@ class FamilyEnv(ToolUseEnv):
     """Base of the four families: ``domain=`` picks the domain; subclasses build tasks and score."""
 
     capability: str = ""
+    has_twins: bool = False  # build_task honours reset(options={"twin": True}) (trace_envs.twins)
 
     def __init__(self, domain: str = "retail-sim", max_steps: int = 30, max_errors: int = 5,
                  render_mode: str | None = None):
         super().__init__(max_steps=max_steps, max_errors=max_errors, render_mode=render_mode)
         self.domain_name = domain
         self.domain = get_domain(domain)
-        self._hinted = False
+        self._hinted = self._twin = False
         self._split = "train"
 
     def domain_setting(self, name: str, value: Any, default: Any) -> Any:
@@ -217,6 +219,8 @@ class FamilyEnv(ToolUseEnv):
         """Hook run after the episode is built (e.g. pre-filled messages)."""
 
     def _new_episode(self, options: dict[str, Any] | None) -> FamilyEpisode:
+        if twin_requested(options) and not self.has_twins:
+            raise ValueError(f"{self.capability} has no counterfactual twin of a task (trace_envs.twins)")
         rng = self.np_random
         for _ in range(MAX_DRAWS):  # a world that cannot host the task is redrawn from the same rng
             world = self.domain.new_world(rng, split=self._split)
@@ -229,6 +233,7 @@ class FamilyEnv(ToolUseEnv):
             raise RuntimeError(f"{self.domain_name}: no world hosts a {self.capability} task in {MAX_DRAWS} draws")
         episode = FamilyEpisode(self, world, task)
         self.prepare(episode, rng)
+        self._twin = twin_requested(options)
         self._hinted = hint_requested(options)
         if self._hinted:
             episode.system_prompt = with_hint(episode.system_prompt, self.hint)
@@ -241,6 +246,7 @@ class FamilyEnv(ToolUseEnv):
         info["hint"] = self.hint if self._hinted else None
         info["hint_capability"] = self.capability if self._hinted else None
         info["unhinted_system_prompt"] = self.domain.policy
+        info["twin"] = self._twin
         return obs, info
 
     @property

@@ -25,6 +25,7 @@ from trace_envs.core.communication import assistant_texts, communicated, is_refu
 from trace_envs.core.kwarg_checks import number
 from trace_envs.core.tool_env import Score
 from trace_envs.families.base import FamilyEnv, FamilyEpisode, FamilyTask, checked_at, refusal_explained
+from trace_envs.twins import twin_requested
 
 ENFORCED_CASES = ("status",)  # refusal cases whose write the tools themselves reject
 
@@ -38,6 +39,7 @@ class PreconditionVerificationEnv(FamilyEnv):
     binary in the decision's outcome, a small value gives the act-or-refuse decision its own signal."""
 
     capability = "precondition_verification"
+    has_twins = True  # the twin of an allowed request is a refusal case on the same world and kind, and back
 
     def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5,
                  unenforced_share: float | None = None, act_credit: float = 0.0, max_steps: int = 30,
@@ -57,6 +59,9 @@ class PreconditionVerificationEnv(FamilyEnv):
     def _draw_case(self, rng: np.random.Generator) -> str:
         if rng.random() >= self.refuse_fraction:
             return "allow"
+        return self._draw_refusal(rng)
+
+    def _draw_refusal(self, rng: np.random.Generator) -> str:
         pool = self._unenforced if (rng.random() < self.unenforced_share or not self._enforced) else self._enforced
         pool = pool or self._enforced
         return pool[int(rng.integers(len(pool)))]
@@ -65,6 +70,8 @@ class PreconditionVerificationEnv(FamilyEnv):
         kinds = self.domain.kinds("guarded")
         kind = kinds[int(rng.integers(len(kinds)))]
         case = self._draw_case(rng)
+        if twin_requested(options):  # the same world and kind with the decision flipped
+            case = self._draw_refusal(rng) if case == "allow" else "allow"
         if options and options.get("case"):
             case = str(options["case"])
         request = self.domain.guarded_request(world, rng, kind, case)

@@ -49,6 +49,9 @@ class GRPOConfig:
     # the unhinted prompt), then GRPO — a warm start outside the paper's recipe (it trains GRPO from the base)
     sft_warmup_iterations: int = 0
     hint_fraction: float = 0.0  # share of each group that plays with the env's hint (paper §3.5: 0.25-0.5)
+    # groups come in pairs on one env seed, the second group playing the env's counterfactual twin of the first's
+    # task (reset(options={"twin": True}): the same world with the decision flipped, trace_envs.twins)
+    twin_groups: bool = False
     tensorboard: bool = True  # also log to TensorBoard when torch.utils.tensorboard imports
     trackers: list[str] = field(default_factory=list)  # experiment trackers: wandb and/or trackio (installed)
     tracker_project: str = "trace-rl"  # the trackers' project name (the run is named after the adapter)
@@ -139,6 +142,8 @@ class GRPOConfig:
             errors.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.threads < 0:
             errors.append(f"threads must be >= 0, got {self.threads}")
+        if self.twin_groups and self.groups_per_iter % 2:
+            errors.append(f"twin_groups needs an even groups_per_iter (pairs of groups), got {self.groups_per_iter}")
         if self.sft_warmup_iterations < 0:
             errors.append(f"sft_warmup_iterations must be >= 0, got {self.sft_warmup_iterations}")
         from trace_train.grpo.metrics import check_trackers
@@ -155,7 +160,7 @@ class GRPOConfig:
 LOGGING_KEYS = frozenset({"progress", "tensorboard", "trackers", "tracker_project"})
 
 # GRPOConfig keys added after run directories existed, with the default that leaves them out of stage hashes
-_ADDED_LATER: dict[str, Any] = {"sft_warmup_iterations": 0}
+_ADDED_LATER: dict[str, Any] = {"sft_warmup_iterations": 0, "twin_groups": False}
 
 
 def normalize_envs(env: str | Mapping[str, float]) -> dict[str, float]:
@@ -182,6 +187,16 @@ def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> Non
     if missing:
         raise ValueError(f"grpo.hint_fraction > 0 but {missing[0]!r} does not support hints on "
                          f"reset(options={{'hint': True}}) (see trace_envs.hints; set grpo.hint_fraction=0)")
+
+
+def check_twin_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
+    """Fail unless every env plays a counterfactual twin on ``reset(options={"twin": True})`` (grpo.twin_groups)."""
+    from trace_envs.twins import envs_without_twins
+
+    missing = envs_without_twins(env_ids, env_kwargs)
+    if missing:
+        raise ValueError(f"grpo.twin_groups is set but {missing[0]!r} has no counterfactual twin on "
+                         f"reset(options={{'twin': True}}) (see trace_envs.twins; set grpo.twin_groups=false)")
 
 
 def check_output_dir(output_dir: str | Path, adapter: str, resume: bool) -> None:

@@ -105,6 +105,7 @@ class GroupSeeds:
     env_seed: int
     sample_seeds: tuple[int, ...]
     hinted: tuple[int, ...] = ()  # member indices that play with the env's hint
+    twin: bool = False  # plays the counterfactual twin of the previous group's task (same env and env seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,11 +118,14 @@ def plan_iteration(
     group_size: int,
     env_weights: Mapping[str, float],
     hint_fraction: float = 0.0,
+    twin_groups: bool = False,
 ) -> list[GroupSeeds]:
     """Seeds for every group of one iteration; the env of each group is drawn from the weighted mixture.
 
     With a single env id the draw is trivial. The mixture draw uses its own seeded stream, so adding a
-    group never changes the env seeds of the others.
+    group never changes the env seeds of the others. With ``twin_groups`` group ``2k + 1`` takes group ``2k``'s env
+    and env seed and plays its counterfactual twin (``GroupSeeds.twin``); sampler seeds and hinted members stay
+    per group.
     """
     if groups < 1 or group_size < 1:
         raise ValueError(f"need groups >= 1 and group_size >= 1, got {groups}, {group_size}")
@@ -130,15 +134,22 @@ def plan_iteration(
     if len(env_ids) == 0 or np.any(weights < 0) or weights.sum() <= 0:
         raise ValueError(f"env mixture needs >= 1 env with positive total weight, got {dict(env_weights)}")
     rng = np.random.default_rng(mixture_seed_sequence(run_seed, iteration))
+    if twin_groups and groups % 2:
+        raise ValueError(f"twin groups come in pairs; got {groups} groups")
     choices = rng.choice(len(env_ids), size=groups, p=weights / weights.sum())
+
+    def source(g: int) -> int:  # the group whose env and env seed group g plays
+        return g - g % 2 if twin_groups else g
+
     return [
         GroupSeeds(
             iteration=iteration,
             group=g,
-            env_id=env_ids[int(choices[g])],
-            env_seed=env_seed(run_seed, iteration, g),
+            env_id=env_ids[int(choices[source(g)])],
+            env_seed=env_seed(run_seed, iteration, source(g)),
             sample_seeds=tuple(sample_seed(run_seed, iteration, g, m) for m in range(group_size)),
             hinted=hinted_members(run_seed, iteration, g, group_size, hint_fraction),
+            twin=twin_groups and g % 2 == 1,
         )
         for g in range(groups)
     ]

@@ -39,6 +39,7 @@ from trace_train.grpo.config import (
     check_env_ids,
     check_hint_support,
     check_output_dir,
+    check_twin_support,
     normalize_envs,
 )
 from trace_train.grpo.hints import is_hinted, training_sequence
@@ -151,6 +152,8 @@ class GRPOTrainer:
         check_env_ids(list(self.envs))
         if config.hint_fraction > 0:
             check_hint_support(list(self.envs), env_kwargs or {})
+        if config.twin_groups:
+            check_twin_support(list(self.envs), env_kwargs or {})
         check_output_dir(output_dir, adapter, resume)
         if dist.world_size() > config.groups_per_iter:
             raise ValueError(f"groups_per_iter={config.groups_per_iter} < world size {dist.world_size()}")
@@ -196,7 +199,7 @@ class GRPOTrainer:
         return [
             EpisodeRequest(
                 env_id=g.env_id, seed=g.env_seed, sample_seed=s, env_kwargs=dict(self.env_kwargs), group=g.group,
-                hint=m in g.hinted,
+                hint=m in g.hinted, twin=g.twin,
             )
             for g in plan
             for m, s in enumerate(g.sample_seeds)
@@ -236,7 +239,8 @@ class GRPOTrainer:
         cfg, G = self.cfg, self.cfg.group_size
         mode = cfg.mode_at(iteration)
         t0 = time.perf_counter()
-        plan = plan_iteration(cfg.seed, iteration, cfg.groups_per_iter, G, self.envs, cfg.hint_fraction)
+        plan = plan_iteration(cfg.seed, iteration, cfg.groups_per_iter, G, self.envs, cfg.hint_fraction,
+                              cfg.twin_groups)
         local = plan[dist.rank() :: dist.world_size()]
         records = self._rollout(iteration, local)
         t_rollout = time.perf_counter() - t0

@@ -43,9 +43,11 @@ class EpisodeRequest:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     group: int = 0
     hint: bool = False
+    twin: bool = False  # reset with options={"twin": True}: the env's counterfactual twin of the seed's task
 
     def reset_options(self) -> dict[str, Any] | None:
-        return {"hint": True} if self.hint else None
+        options = {key: True for key, on in (("hint", self.hint), ("twin", self.twin)) if on}
+        return options or None
 
 
 def group_requests(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int], group_size: int = 1,
