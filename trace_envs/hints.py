@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trace_envs.reset_options import envs_not_honouring, flag
+
 HINT_OPEN, HINT_CLOSE = "<expert_guidance>", "</expert_guidance>"
 
 
@@ -60,26 +62,10 @@ def with_hint(system_prompt: str, hint: str) -> str:
 
 def hint_requested(options: dict[str, Any] | None) -> bool:
     """Whether reset ``options`` ask for the hint (``{"hint": True}``); a non-bool value is an error."""
-    value = (options or {}).get("hint", False)
-    if not isinstance(value, bool):
-        raise ValueError(f"reset option 'hint' must be a bool, got {value!r}")
-    return value
+    return flag(options, "hint")
 
 
 def envs_without_hints(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> list[str]:
     """The envs of ``env_ids`` whose ``reset(options={"hint": True})`` gives no hinted prompt: an env that refuses
     the option or whose reset info has no ``unhinted_system_prompt`` (an LLM-written env, a target)."""
-    import gymnasium
-
-    missing = []
-    for env_id in env_ids:
-        env = gymnasium.make(env_id, **dict(env_kwargs))
-        try:
-            _, info = env.reset(seed=0, options={"hint": True})
-        except (TypeError, ValueError, KeyError):
-            info = {}
-        finally:
-            env.close()
-        if "unhinted_system_prompt" not in info:
-            missing.append(env_id)
-    return missing
+    return envs_not_honouring(env_ids, env_kwargs, "hint", lambda info: "unhinted_system_prompt" in info)
