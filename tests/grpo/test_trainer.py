@@ -206,7 +206,8 @@ def test_sft_warmup_updates_by_sft_first_then_by_grpo(tmp_path):
 def test_sft_warmup_is_left_out_of_stage_hashes_at_its_default():
     """Run directories made before the warm-up existed keep their stage hashes; setting it changes them."""
     plain = GRPOConfig()
-    assert plain.hash_part() == {k: v for k, v in plain.to_dict().items() if k not in ("sft_warmup_iterations", "twin_groups")}
+    added_later = ("sft_warmup_iterations", "twin_groups")
+    assert plain.hash_part() == {k: v for k, v in plain.to_dict().items() if k not in added_later}
     assert plain.mode_at(0) == "grpo" and GRPOConfig(mode="sft").mode_at(5) == "sft"
     warm = GRPOConfig(sft_warmup_iterations=3)
     assert warm.hash_part()["sft_warmup_iterations"] == 3
