@@ -61,7 +61,7 @@ def test_the_precondition_twin_flips_the_decision_on_the_same_world_and_kind():
         _, twin = env.reset(seed=seed, options={"twin": True})
         _, again = env.reset(seed=seed, options={"twin": True})
         a, b = first["task"], twin["task"]
-        assert first["twin"] is False and twin["twin"] is True
+        assert "twin" not in first and twin["twin"] is True
         assert b == again["task"]  # a twin is a pure function of the seed
         assert (a["user_id"], a["intents"][0]["kind"]) == (b["user_id"], b["intents"][0]["kind"])
         assert (a["case"] == "allow") != (b["case"] == "allow")  # exactly one of the two must be refused

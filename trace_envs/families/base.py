@@ -246,7 +246,8 @@ class FamilyEnv(ToolUseEnv):
         info["hint"] = self.hint if self._hinted else None
         info["hint_capability"] = self.capability if self._hinted else None
         info["unhinted_system_prompt"] = self.domain.policy
-        info["twin"] = self._twin
+        if self._twin:  # only on a twin: every other reset's info stays as it always was
+            info["twin"] = True
         return obs, info
 
     @property
