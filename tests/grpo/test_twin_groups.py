@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import trace_envs  # noqa: F401
+from trace_envs.tau2.runtime import tau2_available
 from trace_envs.twins import envs_without_twins, twin_requested
 from trace_train.grpo import GRPOConfig, GRPOTrainer
 from trace_train.grpo.config import _ADDED_LATER
@@ -111,3 +112,11 @@ def test_the_trainer_plays_each_pair_as_a_task_and_its_twin(tmp_path):
         assert (a == "allow") != (b == "allow")
         _, expected = env.reset(seed=seeds.pop(), options={"twin": True})
         assert b == expected["task"]["case"]
+
+
+@pytest.mark.skipif(not tau2_available(), reason="the real tau2 package is missing")
+@pytest.mark.parametrize("domain", ["tau2-retail", "tau2-airline"])
+def test_a_tau2_domain_has_no_exact_twins_and_says_so(domain):
+    # a τ² domain redraws a world that cannot host the drawn case, so a seed and its "twin" could differ in more
+    # than the decision (tau2-retail seed 3: another customer's order on both sides)
+    assert envs_without_twins([PRECONDITION], {"domain": domain}) == [PRECONDITION]

@@ -39,7 +39,6 @@ class PreconditionVerificationEnv(FamilyEnv):
     binary in the decision's outcome, a small value gives the act-or-refuse decision its own signal."""
 
     capability = "precondition_verification"
-    has_twins = True  # the twin of an allowed request is a refusal case on the same world and kind, and back
 
     def __init__(self, domain: str = "retail-sim", refuse_fraction: float = 0.5,
                  unenforced_share: float | None = None, act_credit: float = 0.0, max_steps: int = 30,
@@ -55,6 +54,13 @@ class PreconditionVerificationEnv(FamilyEnv):
         refusals = [c for c in self.domain.guard_cases if c != "allow"]
         self._unenforced = [c for c in refusals if c not in ENFORCED_CASES]
         self._enforced = [c for c in refusals if c in ENFORCED_CASES]
+
+    @property
+    def has_twins(self) -> bool:
+        """The twin of an allowed request is a refusal case on the same world and kind, and back: exact on
+        retail-sim only, whose every world hosts every case. A τ² domain redraws a world that cannot host the drawn
+        case from the same rng, so a seed and its twin can land on other worlds and cases."""
+        return self.domain_name == "retail-sim"
 
     def _draw_case(self, rng: np.random.Generator) -> str:
         if rng.random() >= self.refuse_fraction:
