@@ -5,6 +5,7 @@ import hashlib
 import gymnasium as gym
 import pytest
 import torch
+from grpo_configs import small_grpo_config
 
 import trace_envs  # noqa: F401
 import trace_train.grpo.trainer as trainer_module
@@ -12,7 +13,6 @@ from trace_envs.families import FAMILIES
 from trace_envs.hints import HINT_OPEN, with_hint
 from trace_train.grpo import GRPOConfig, GRPOTrainer
 from trace_train.grpo.hints import TrainingSequence, training_sequence
-from trace_train.grpo.lora import LoraSettings
 from trace_train.grpo.seeds import hinted_members, plan_iteration
 from trace_train.grpo.update import Sample, sequence_logprobs
 from trace_train.model.factory import load_policy
@@ -86,12 +86,7 @@ def shipped():
     return load_policy(SHIPPED)
 
 
-def _config(**kw):
-    base = dict(iterations=1, groups_per_iter=2, group_size=4, lr=5e-3, micro_batch_size=4, checkpoint_every=1,
-                max_new_tokens=64, seed=5, threads=1, tensorboard=False, progress=False,
-                lora=LoraSettings(r=4, alpha=8))
-    base.update(kw)
-    return GRPOConfig(**base)
+_config = small_grpo_config
 
 
 def _train_capturing(tmp_path, shipped, cfg, monkeypatch):

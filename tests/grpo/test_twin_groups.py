@@ -4,13 +4,13 @@ twin of the first's task (the same world and request kind, the decision flipped)
 import gymnasium as gym
 import pytest
 import torch
+from grpo_configs import small_grpo_config
 
 import trace_envs  # noqa: F401
 from trace_envs.tau2.runtime import tau2_available
 from trace_envs.twins import envs_without_twins, twin_requested
 from trace_train.grpo import GRPOConfig, GRPOTrainer
 from trace_train.grpo.config import _ADDED_LATER
-from trace_train.grpo.lora import LoraSettings
 from trace_train.grpo.seeds import plan_iteration
 from trace_train.model.factory import load_policy
 from trace_train.paths import REPO_ROOT
@@ -85,11 +85,7 @@ def test_envs_without_twins_are_named_and_refused_before_any_work(tmp_path):
 
 
 def _config(**kw):
-    base = dict(iterations=1, groups_per_iter=4, group_size=2, lr=5e-3, micro_batch_size=4, checkpoint_every=1,
-                max_new_tokens=48, seed=5, threads=1, tensorboard=False, progress=False,
-                lora=LoraSettings(r=4, alpha=8))
-    base.update(kw)
-    return GRPOConfig(**base)
+    return small_grpo_config(**{"groups_per_iter": 4, "group_size": 2, "max_new_tokens": 48, **kw})
 
 
 def test_the_trainer_plays_each_pair_as_a_task_and_its_twin(tmp_path):
