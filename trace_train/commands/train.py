@@ -73,7 +73,7 @@ def main(cfg: DictConfig) -> None:
     )
     from trace_train.grpo import GRPOConfig, GRPOTrainer
     from trace_train.grpo.checkpoint import check_resumable, check_resume_config
-    from trace_train.grpo.config import check_hint_support, check_output_dir, check_twin_support, normalize_envs
+    from trace_train.grpo.config import check_output_dir, check_reset_options, normalize_envs
 
     try:
         check_multirun_output(cfg, "output_dir", "runs/sweep/${hydra:job.num}", "its adapter")
@@ -93,10 +93,7 @@ def main(cfg: DictConfig) -> None:
         envs = normalize_envs(env)
         resolve_cfg_envs(cfg, list(envs))
         check_env_kwargs(list(envs), env_kwargs)
-        if gcfg.hint_fraction > 0:  # before the model loads
-            check_hint_support(list(envs), env_kwargs)
-        if gcfg.twin_groups:
-            check_twin_support(list(envs), env_kwargs)
+        check_reset_options(gcfg, list(envs), env_kwargs)  # before the model loads
         check_output_dir(output_dir, str(cfg.adapter), resume)
         if resume and check_resumable(output_dir, str(cfg.adapter)) is not None:
             check_resume_config(output_dir, gcfg.to_dict(), envs)

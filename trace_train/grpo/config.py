@@ -181,6 +181,14 @@ def check_env_ids(env_ids: list[str], imports: list[str] | None = None,
     resolve_env_ids(env_ids, imports=imports or (), run_dirs=run_dirs or ())
 
 
+def check_reset_options(config: GRPOConfig, env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
+    """Fail before any work unless every env honours the reset options ``config`` asks for (hints, twins)."""
+    if config.hint_fraction > 0:
+        check_hint_support(env_ids, env_kwargs)
+    if config.twin_groups:
+        check_twin_support(env_ids, env_kwargs)
+
+
 def check_hint_support(env_ids: list[str], env_kwargs: Mapping[str, Any]) -> None:
     """Fail unless every env supports ``reset(options={"hint": True})`` (grpo.hint_fraction > 0)."""
     missing = envs_without_hints(env_ids, env_kwargs)

@@ -37,9 +37,8 @@ from trace_train.grpo.checkpoint import check_resume_config, latest_checkpoint, 
 from trace_train.grpo.config import (
     GRPOConfig,
     check_env_ids,
-    check_hint_support,
     check_output_dir,
-    check_twin_support,
+    check_reset_options,
     normalize_envs,
 )
 from trace_train.grpo.hints import is_hinted, training_sequence
@@ -150,10 +149,7 @@ class GRPOTrainer:
         config.validate()
         self.envs = normalize_envs(env)
         check_env_ids(list(self.envs))
-        if config.hint_fraction > 0:
-            check_hint_support(list(self.envs), env_kwargs or {})
-        if config.twin_groups:
-            check_twin_support(list(self.envs), env_kwargs or {})
+        check_reset_options(config, list(self.envs), env_kwargs or {})
         check_output_dir(output_dir, adapter, resume)
         if dist.world_size() > config.groups_per_iter:
             raise ValueError(f"groups_per_iter={config.groups_per_iter} < world size {dist.world_size()}")
