@@ -94,11 +94,11 @@ def _train_capturing(tmp_path, shipped, cfg, monkeypatch):
     calls = []
     real = trainer_module.optimize
 
-    def capture(model_, optimizer, params, samples, cfg_, iteration, old_lps, ref_lps, pad_id=0):
+    def capture(model_, optimizer, params, samples, cfg_, iteration, old_lps, ref_lps, pad_id=0, scale=1.0):
         calls.append(([list(s.token_ids) for s in samples], [list(s.loss_mask) for s in samples],
                       None if old_lps is None else [t.clone() for t in old_lps],
                       [s.sampler_logprobs for s in samples]))
-        return real(model_, optimizer, params, samples, cfg_, iteration, old_lps, ref_lps, pad_id)
+        return real(model_, optimizer, params, samples, cfg_, iteration, old_lps, ref_lps, pad_id, scale)
 
     monkeypatch.setattr(trainer_module, "optimize", capture)
     trainer = GRPOTrainer(model, lambda m: HFRolloutBackend(m, tok, max_turns=8), cfg, env=PRECONDITION,

@@ -206,7 +206,7 @@ def test_sft_warmup_updates_by_sft_first_then_by_grpo(tmp_path):
 def test_sft_warmup_is_left_out_of_stage_hashes_at_its_default():
     """Run directories made before the warm-up existed keep their stage hashes; setting it changes them."""
     plain = GRPOConfig()
-    added_later = ("sft_warmup_iterations", "twin_groups")
+    added_later = ("sft_warmup_iterations", "twin_groups", "loss_denominator")
     assert plain.hash_part() == {k: v for k, v in plain.to_dict().items() if k not in added_later}
     assert plain.mode_at(0) == "grpo" and GRPOConfig(mode="sft").mode_at(5) == "sft"
     warm = GRPOConfig(sft_warmup_iterations=3)
@@ -307,4 +307,23 @@ def test_resuming_with_other_training_settings_is_refused(tmp_path):
         make_trainer(tmp_path, small_config(iterations=4), env={ENV_ID: 1.0, "trace/retail-sim-v0": 1.0},
                      resume=True)
     again, _ = make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=1, progress=False), resume=True)
+    assert again.start_iteration == 2
+
+
+def test_resuming_a_run_made_before_a_key_existed_compares_it_with_that_keys_default(tmp_path):
+    """A config.json written before a GRPO key existed trained with its default: resuming it with another value
+    is refused like any other change, and with the default it goes on."""
+    from trace_train.grpo.config import ADDED_LATER
+
+    first, _ = make_trainer(tmp_path, small_config(iterations=2, checkpoint_every=2))
+    first.train()
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    for key in ADDED_LATER:  # as a run made before these keys existed recorded it
+        saved["grpo"].pop(key)
+    path.write_text(json.dumps(saved))
+    for changed in (dict(loss_denominator="sampled"), dict(sft_warmup_iterations=1)):  # (the toy env has no twin)
+        with pytest.raises(ValueError, match=f"trained with other settings \\({next(iter(changed))}: "):
+            make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=2, **changed), resume=True)
+    again, _ = make_trainer(tmp_path, small_config(iterations=4, checkpoint_every=2), resume=True)
     assert again.start_iteration == 2

@@ -10,7 +10,7 @@ import trace_envs  # noqa: F401
 from trace_envs.tau2.runtime import tau2_available
 from trace_envs.twins import envs_without_twins, twin_requested
 from trace_train.grpo import GRPOConfig, GRPOTrainer
-from trace_train.grpo.config import _ADDED_LATER
+from trace_train.grpo.config import ADDED_LATER
 from trace_train.grpo.seeds import plan_iteration
 from trace_train.model.factory import load_policy
 from trace_train.paths import REPO_ROOT
@@ -42,7 +42,7 @@ def test_twin_groups_pair_env_seeds_and_leave_every_other_draw_alone():
 
 
 def test_the_key_stays_out_of_the_hashes_of_runs_that_do_not_set_it():
-    assert _ADDED_LATER["twin_groups"] is False
+    assert ADDED_LATER["twin_groups"] is False
     assert "twin_groups" not in GRPOConfig().hash_part()
     assert GRPOConfig(twin_groups=True).hash_part()["twin_groups"] is True
 

@@ -49,6 +49,18 @@ def test_bad_override_fails_with_its_path(override, message):
     assert message in str(info.value)
 
 
+def test_a_rank_the_composer_cannot_take_fails_before_training():
+    """The composer needs every adapter at one rank: another rank for one capability would train every adapter
+    and then fail at the compose stage, so it fails when the configs are built (it is fine without composition)."""
+    with pytest.raises(ValueError, match=r"capability_grpo.precondition_verification: lora.r=8 differs from "
+                                         r"grpo.lora.r=16.*pipeline.compose.enabled=false"):
+        configs("++pipeline.capability_grpo={precondition_verification:{lora:{r:8}}}")
+    alone = configs("pipeline.compose.enabled=false",
+                    "++pipeline.capability_grpo={precondition_verification:{lora:{r:8}}}")
+    assert alone.pipeline.capability_grpo_cfg("precondition_verification", alone.grpo).lora.r == 8
+    assert configs("++pipeline.capability_grpo={precondition_verification:{lora:{r:16}}}")  # the group's own rank
+
+
 class FakeTraining:
     """Stands in for ``grpo_run`` (real GRPO and composition over mixed modules are tested elsewhere)."""
 

@@ -73,7 +73,7 @@ def main(cfg: DictConfig) -> None:
     )
     from trace_train.grpo import GRPOConfig, GRPOTrainer
     from trace_train.grpo.checkpoint import check_resumable, check_resume_config
-    from trace_train.grpo.config import check_output_dir, check_reset_options, normalize_envs
+    from trace_train.grpo.config import ADDED_LATER, check_output_dir, check_reset_options, normalize_envs
 
     try:
         check_multirun_output(cfg, "output_dir", "runs/sweep/${hydra:job.num}", "its adapter")
@@ -96,7 +96,7 @@ def main(cfg: DictConfig) -> None:
         check_reset_options(gcfg, list(envs), env_kwargs)  # before the model loads
         check_output_dir(output_dir, str(cfg.adapter), resume)
         if resume and check_resumable(output_dir, str(cfg.adapter)) is not None:
-            check_resume_config(output_dir, gcfg.to_dict(), envs)
+            check_resume_config(output_dir, gcfg.to_dict(), envs, added_later=ADDED_LATER)
         if cfg.model.get("name_or_path"):
             source = model_dir(cfg.model.name_or_path, "model.name_or_path")
         elif cfg.get("tiny_policy_dir"):

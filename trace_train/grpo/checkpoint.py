@@ -95,10 +95,12 @@ RESUMABLE_CHANGES = frozenset({"iterations", "checkpoint_every", "threads"}) | L
 
 
 def check_resume_config(output_dir: str | os.PathLike, grpo: Mapping[str, Any], env: Any, *,
-                        section: str = "grpo", identity: Mapping[str, Any] | None = None) -> None:
+                        section: str = "grpo", identity: Mapping[str, Any] | None = None,
+                        added_later: Mapping[str, Any] | None = None) -> None:
     """``ValueError`` when resuming in ``output_dir`` with other training settings than its ``config.json``
     records (the optimizer state would also bring back the old learning rate while config.json claimed the new
-    one); keys a run made before them lacks are not compared. ``section`` names the settings' block in
+    one); a key a run made before it lacks is compared with its value in ``added_later`` (the default such a run
+    trained with), and not compared when it has none there. ``section`` names the settings' block in
     config.json; ``identity`` holds the run's other recorded inputs (base model fingerprint, dtype, env kwargs,
     rollout options, adapters), each compared with config.json's top-level key of that name. A config.json made
     before one of them was recorded cannot say: the resume goes on, with a warning naming what was not checked."""
@@ -111,6 +113,8 @@ def check_resume_config(output_dir: str | os.PathLike, grpo: Mapping[str, Any], 
     except (json.JSONDecodeError, AttributeError, TypeError) as exc:
         raise ValueError(f"{path} is damaged ({exc}); delete {output_dir} to train from scratch") from None
     now = _as_json(dict(grpo))  # tuples as the saved JSON holds them
+    if before:
+        before = {**{k: v for k, v in _as_json(dict(added_later or {})).items() if k in now}, **before}
     changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(set(before) & set(now))
                if k not in RESUMABLE_CHANGES and before[k] != now[k]]
     env_now = _as_json(env)

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from trace_envs.config_builder import build
 from trace_envs.hints import envs_without_hints, hinted_count
 from trace_train.grpo.lora import LoraSettings
-from trace_train.grpo.loss import LEVELS
+from trace_train.grpo.loss import LEVELS, LOSS_DENOMINATORS
 from trace_train.grpo.packing import PACKING_MODES
 
 
@@ -52,6 +52,11 @@ class GRPOConfig:
     # groups come in pairs on one env seed, the second group playing the env's counterfactual twin of the first's
     # task (reset(options={"twin": True}): the same world with the decision flipped, trace_envs.twins)
     twin_groups: bool = False
+    # what the loss is averaged over: the tokens (sequences) of the samples that carry signal (constant-reward groups
+    # are dropped, so one informative group takes as large a step as eight), or of every sampled record, as TRL's
+    # GRPOTrainer averages over its zero-advantage completions too (the step shrinks with the share of informative
+    # groups); see trace_train.grpo.loss.denominator_scale
+    loss_denominator: str = "informative"
     tensorboard: bool = True  # also log to TensorBoard when torch.utils.tensorboard imports
     trackers: list[str] = field(default_factory=list)  # experiment trackers: wandb and/or trackio (installed)
     tracker_project: str = "trace-rl"  # the trackers' project name (the run is named after the adapter)
@@ -78,7 +83,7 @@ class GRPOConfig:
         part = self.to_dict()
         defaults = GRPOConfig().to_dict()
         part.update({key: defaults[key] for key in LOGGING_KEYS})
-        for key, default in _ADDED_LATER.items():
+        for key, default in ADDED_LATER.items():
             if part[key] == default:
                 part.pop(key)
         return part
@@ -115,6 +120,12 @@ class GRPOConfig:
             errors.append(f"eps_high must be > 0, got {self.eps_high}")
         if self.loss_level not in LEVELS:
             errors.append(f"loss_level must be one of {LEVELS}, got {self.loss_level!r}")
+        if self.loss_denominator not in LOSS_DENOMINATORS:
+            errors.append(f"loss_denominator must be one of {LOSS_DENOMINATORS}, got {self.loss_denominator!r}")
+        elif self.loss_denominator == "sampled" and self.kl_beta > 0:
+            # the constant groups' records are not run through the model, and their KL term is not 0
+            errors.append("loss_denominator=sampled counts the constant groups' records without running them, so it "
+                          "cannot add their KL term: set kl_beta=0 or loss_denominator=informative")
         if self.advantage_std not in ("group", "batch", "none"):
             errors.append(f"advantage_std must be group|batch|none, got {self.advantage_std!r}")
         if self.packing not in PACKING_MODES:
@@ -159,8 +170,9 @@ class GRPOConfig:
 # GRPOConfig keys that change how a run logs, never what it trains
 LOGGING_KEYS = frozenset({"progress", "tensorboard", "trackers", "tracker_project"})
 
-# GRPOConfig keys added after run directories existed, with the default that leaves them out of stage hashes
-_ADDED_LATER: dict[str, Any] = {"sft_warmup_iterations": 0, "twin_groups": False}
+# GRPOConfig keys added after run directories existed, with the default that leaves them out of stage hashes (and
+# that a run made before them trained with: resuming one compares the key with it)
+ADDED_LATER: dict[str, Any] = {"sft_warmup_iterations": 0, "twin_groups": False, "loss_denominator": "informative"}
 
 
 def normalize_envs(env: str | Mapping[str, float]) -> dict[str, float]:

@@ -22,6 +22,26 @@ import torch
 
 LossLevel = Literal["token", "token_seq_mean", "sequence"]
 LEVELS = ("token", "token_seq_mean", "sequence")
+LOSS_DENOMINATORS = ("informative", "sampled")
+
+
+def denominator_scale(mode: str, kept: float, sampled: float) -> float:
+    """The factor on every mini-batch's loss denominator (``GRPOConfig.loss_denominator``).
+
+    ``kept`` and ``sampled`` count the same unit (tokens at the token level, sequences otherwise) over the samples the
+    update trains on and over every record the iteration sampled. ``"informative"``: 1 (the loss is a mean over the
+    samples with signal). ``"sampled"``: ``sampled / kept``, so the iteration's loss is a mean over every sampled
+    token, the records of constant-reward groups counting with advantage 0 as in TRL's GRPOTrainer, without running
+    them through the model."""
+    if mode not in LOSS_DENOMINATORS:
+        raise ValueError(f"loss_denominator must be one of {LOSS_DENOMINATORS}, got {mode!r}")
+    if mode == "informative" or kept <= 0:
+        return 1.0
+    if sampled < kept:
+        raise ValueError(f"{sampled} sampled units cannot be fewer than the {kept} kept ones")
+    return sampled / kept
+
+
 # exp() of a log-ratio past ~88 overflows float32: the loss turns inf and 0 * inf makes the gradient NaN even on
 # the clipped branch. Clamped at ±20 nats, a token the policy moved that far since sampling adds a bounded loss
 # and no gradient; every ratio inside e^±20 is computed exactly as before.

@@ -35,6 +35,7 @@ from trace_train.grpo import dist
 from trace_train.grpo.advantages import group_advantages
 from trace_train.grpo.checkpoint import check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint
 from trace_train.grpo.config import (
+    ADDED_LATER,
     GRPOConfig,
     check_env_ids,
     check_output_dir,
@@ -51,6 +52,7 @@ from trace_train.grpo.lora import (
     versioned_dir,
     versioned_name,
 )
+from trace_train.grpo.loss import denominator_scale
 from trace_train.grpo.metrics import MetricsLogger
 from trace_train.grpo.seeds import GroupSeeds, plan_iteration
 from trace_train.grpo.update import Sample, optimize, sequence_logprobs
@@ -170,7 +172,8 @@ class GRPOTrainer:
         identity.update(env_kwargs=self.env_kwargs, rollout=rollout_options(self.backend))
         checkpoint = latest_checkpoint(self.output_dir) if resume else None
         if checkpoint is not None:
-            check_resume_config(self.output_dir, config.to_dict(), self.envs, identity=identity)
+            check_resume_config(self.output_dir, config.to_dict(), self.envs, identity=identity,
+                                added_later=ADDED_LATER)
             state = load_checkpoint(checkpoint, self.model, adapter, self.optimizer)
             self.start_iteration = int(state["iteration"])
             logger.info("resumed %s from %s (iteration %d)", adapter, checkpoint, self.start_iteration)
@@ -252,6 +255,8 @@ class GRPOTrainer:
 
         samples: list[Sample] = []
         hinted_samples: list[tuple[int, list[float] | None]] = []  # (sample index, hinted sampler log-probs)
+        sampled_units = 0  # every record's trainable tokens (sequences), kept or not: the "sampled" loss denominator
+        token_units = cfg.loss_level == "token"
         for i, g in enumerate(local):
             for m, rec in enumerate(records[i * G : (i + 1) * G]):
                 flat = g.group * G + m
@@ -260,7 +265,10 @@ class GRPOTrainer:
                 else:
                     keep, value = bool(adv.keep[flat]), float(adv.values[flat])
                 seq = training_sequence(rec)  # a hinted prompt is swapped for the plain one here
-                if keep and sum(seq.loss_mask[1:]) > 0:
+                trainable = int(sum(seq.loss_mask[1:]))  # position 0 is never predicted
+                if trainable:
+                    sampled_units += trainable if token_units else 1
+                if keep and trainable > 0:
                     if seq.hinted:
                         hinted_samples.append((len(samples), seq.hinted_sampler_logprobs))
                     samples.append(Sample(seq.token_ids, seq.loss_mask, value, seq.sampler_logprobs))
@@ -289,8 +297,14 @@ class GRPOTrainer:
                                                 cfg.packing)
         t2 = time.perf_counter()
         step_cfg = cfg if mode == cfg.mode else replace(cfg, mode=mode)
+        scale = 1.0
+        if mode == "grpo" and cfg.loss_denominator != "informative":
+            kept_units = sum(s.n_tokens for s in samples) if token_units else len(samples)
+            scale = denominator_scale(cfg.loss_denominator, dist.all_reduce_sum(kept_units),
+                                      dist.all_reduce_sum(sampled_units))
         update = optimize(
-            self.model, self.optimizer, self.params, samples, step_cfg, iteration, old_lps, ref_lps, self.pad_id
+            self.model, self.optimizer, self.params, samples, step_cfg, iteration, old_lps, ref_lps, self.pad_id,
+            scale,
         )
         t_update = time.perf_counter() - t1
         t_step = time.perf_counter() - t2
@@ -336,6 +350,8 @@ class GRPOTrainer:
         }
         if cfg.sft_warmup_iterations > 0:
             metrics["sft_update"] = float(mode == "sft")
+        if cfg.loss_denominator != "informative":
+            metrics["denominator_scale"] = scale
         if cfg.hint_fraction > 0:
             metrics.update(_hint_split(total))
             metrics["hint_logprob_shift"] = _mean_over_ranks(hint_shift)

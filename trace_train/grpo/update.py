@@ -135,18 +135,21 @@ def optimize(
     old_lps: list[torch.Tensor] | None,
     ref_lps: list[torch.Tensor] | None,
     pad_id: int = 0,
+    denominator_scale: float = 1.0,
 ) -> dict[str, float]:
     """Run ``ppo_epochs × mini_batches`` optimizer steps on this rank's ``samples``.
 
     Each rank's loss is divided by the *global* normalizer (tokens or sequences summed over ranks)
     and gradients are summed over ranks, so N ranks give the same step as one rank on all samples.
     ``old_lps=None`` means "old = current policy before the step" (exact when there is one step).
+    ``denominator_scale`` multiplies every mini-batch's normalizer (``trace_train.grpo.loss.denominator_scale``).
     Whatever the update draws (LoRA dropout masks) comes from ``seeds.update_seed(cfg.seed, iteration, rank)``.
     """
     _check_packing(cfg.packing)
     device = next(model.parameters()).device
     with seeded_torch_rng(update_seed(cfg.seed, iteration, dist.rank()), device):
-        return _optimize(model, optimizer, params, samples, cfg, iteration, old_lps, ref_lps, pad_id, device)
+        return _optimize(model, optimizer, params, samples, cfg, iteration, old_lps, ref_lps, pad_id, device,
+                         denominator_scale)
 
 
 def _optimize(
@@ -160,6 +163,7 @@ def _optimize(
     ref_lps: list[torch.Tensor] | None,
     pad_id: int,
     device: torch.device,
+    denominator_scale: float,
 ) -> dict[str, float]:
     sums: dict[str, float] = defaultdict(float)
     weights: dict[str, float] = defaultdict(float)
@@ -176,6 +180,8 @@ def _optimize(
             normalizer = dist.all_reduce_sum(local)
             if normalizer == 0:
                 continue
+            if denominator_scale != 1.0:
+                normalizer *= denominator_scale
             optimizer.zero_grad(set_to_none=True)
             for idx in _micro_batches(samples, mini, cfg.micro_batch_size, cfg.packing):
                 batch = [samples[i] for i in idx]

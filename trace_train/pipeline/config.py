@@ -359,7 +359,11 @@ class PipelineConfigs:
         for name in pipeline.baseline_grpo:  # a bad per-row key fails now, not when that row starts training
             pipeline.baseline_grpo_cfg(name, grpo)
         for name in pipeline.capability_grpo:
-            pipeline.capability_grpo_cfg(name, grpo)
+            rank = pipeline.capability_grpo_cfg(name, grpo).lora.r
+            if pipeline.compose.enabled and rank != grpo.lora.r:  # the composer needs one rank (trace_moe.adapters)
+                raise ValueError(f"pipeline.capability_grpo.{name}: lora.r={rank} differs from grpo.lora.r="
+                                 f"{grpo.lora.r}, and the composed model needs every adapter at one rank; set it in "
+                                 "the grpo group, or pipeline.compose.enabled=false")
         return cls(pipeline=pipeline, bootstrap=BootstrapConfig.from_dict(cfg.bootstrap),
                    analysis=AnalysisConfig.from_dict(cfg.analysis), synthesis=SynthesisConfig.from_dict(cfg.synthesis),
                    grpo=grpo, moe=MoEConfig.from_dict(cfg.moe))
