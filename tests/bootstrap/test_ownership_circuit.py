@@ -64,8 +64,39 @@ def test_targets_point_each_user_id_at_its_earlier_copies_and_each_precondition_
     assert t.match_queries == [1, 5, 8] and t.match_sources == [[0], [0], [1, 3]]
     # the owner is the last user id outside assistant turns at or before the point; multi-step points are not read
     assert t.lookup_queries == [6, 9] and t.lookup_sources == [[5], [8]]
-    assert t.seen_labels == [False, True]
+    assert t.seen_labels == [False, True] and t.owned_labels == [False, True]
     assert ownership_targets([X, X], [0, 0], [DecisionPoint(1, False, "allow")], {U}).lookup_queries == []
+
+
+def test_another_customers_id_seen_in_an_earlier_lookup_is_still_not_the_users():
+    """Two lookups of the same other customer's order: its owner's id occurred before the second decision (the
+    first lookup's result), so "seen before" is true there, but the order is still not the user's."""
+    U, V, X = 50, 51, 9
+    ids = [X, U, X, X, V, X, X, X, V, X, X]  # the profile (U), lookup 1 shows V, lookup 2 shows V again
+    mask = [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1]
+    t = ownership_targets(ids, mask, [DecisionPoint(5, True, "ownership"), DecisionPoint(9, True, "ownership")], {U, V})
+    assert t.lookup_sources == [[4], [8]]
+    assert t.seen_labels == [False, True] and t.owned_labels == [False, False]
+
+
+def test_the_ownership_readout_learns_whose_order_it_is_and_the_seen_readout_what_occurred_before(base):
+    """Readouts with zero weights and bias 2 score every point alike, so each term's loss says which labels it
+    reads: "seen" the token's [False, True], "ownership" the order's [False, False]."""
+    model, _ = base
+    U, V, X = 50, 51, 9
+    ids = [X, U, X, X, V, X, X, X, V, X, X]
+    mask = [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1]
+    t = ownership_targets(ids, mask, [DecisionPoint(5, True, "ownership"), DecisionPoint(9, True, "ownership")], {U, V})
+    readouts = OwnershipReadouts(model.config.hidden_size)
+    with torch.no_grad():
+        for linear in (readouts.seen, readouts.ownership):
+            linear.weight.zero_()
+            linear.bias.fill_(2.0)
+    states = torch.randn(len(ids), model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    out = ownership_circuit_loss(model, readouts, OwnershipCircuitConfig(), [states], [states], [states], [t])
+    softplus = float(torch.nn.functional.softplus(torch.tensor(2.0)))
+    assert out.parts["seen"] == pytest.approx((softplus + softplus - 2.0) / 2, rel=1e-5)
+    assert out.parts["ownership"] == pytest.approx(softplus, rel=1e-5)
 
 
 def test_the_seen_label_is_ownership_on_real_cancels_and_returns(base):
@@ -76,8 +107,9 @@ def test_the_seen_label_is_ownership_on_real_cancels_and_returns(base):
             cases = [p.case for p in example.decisions if p.decision == "precondition"]
             assert len(cases) == len(example.ownership.seen_labels) >= 1
             labels += [(seen, case != "ownership") for seen, case in zip(example.ownership.seen_labels, cases)]
+            assert example.ownership.owned_labels == [case != "ownership" for case in cases]
             assert example.ownership.match_queries  # the user's own id, at least in the profile lookup
-    assert all(seen == owned for seen, owned in labels)
+    assert all(seen == owned for seen, owned in labels)  # one request per episode: no earlier lookup to see
     assert {owned for _, owned in labels} == {True, False}  # both kinds occur: the test can tell them apart
 
 

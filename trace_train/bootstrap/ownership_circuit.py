@@ -45,14 +45,17 @@ class OwnershipTargets:
 
     ``match_queries[i]`` is a user-id token outside assistant turns and ``match_sources[i]`` its earlier
     occurrences (``[0]`` when none); ``lookup_queries[i]`` a precondition decision point and ``lookup_sources[i]``
-    the looked-up order's user-id token; ``seen_labels[i]``: whether that token occurred before it (the order is the
-    user's), read at ``lookup_sources[i]`` and at ``lookup_queries[i]``."""
+    the looked-up order's user-id token; ``seen_labels[i]``: whether that token occurred before it, read at
+    ``lookup_sources[i]``; ``owned_labels[i]``: whether the order is the user's (the decision's case is not
+    ``ownership``), read at ``lookup_queries[i]``. The two agree unless another customer's id occurred earlier in the
+    episode (an earlier lookup of that customer's order): about 2 % of the target's multi-request decisions."""
 
     match_queries: list[int] = field(default_factory=list)
     match_sources: list[list[int]] = field(default_factory=list)
     lookup_queries: list[int] = field(default_factory=list)
     lookup_sources: list[list[int]] = field(default_factory=list)
     seen_labels: list[bool] = field(default_factory=list)
+    owned_labels: list[bool] = field(default_factory=list)
 
 
 def ownership_targets(ids: Sequence[int], loss_mask: Sequence[int], decisions: Sequence[DecisionPoint],
@@ -80,6 +83,7 @@ def ownership_targets(ids: Sequence[int], loss_mask: Sequence[int], decisions: S
         out.lookup_queries.append(point.position)
         out.lookup_sources.append([owner])
         out.seen_labels.append(earlier[ids[owner]][0] < owner)
+        out.owned_labels.append(point.case != "ownership")
     return out
 
 
@@ -121,11 +125,12 @@ def ownership_circuit_loss(model: torch.nn.Module, readouts: OwnershipReadouts, 
             query, key, _ = head_query_key_value(body, states1, cfg.lookup_head, LOOKUP_LAYER)
             scaling = body.layers[LOOKUP_LAYER].self_attn.scaling
             lookup.append(pointer_nll(query, key, scaling, episode.lookup_queries, episode.lookup_sources))
-            labels = torch.as_tensor(episode.seen_labels, dtype=torch.float32, device=states1.device)
+            seen_labels = torch.as_tensor(episode.seen_labels, dtype=torch.float32, device=states1.device)
+            owned_labels = torch.as_tensor(episode.owned_labels, dtype=torch.float32, device=states1.device)
             owners = torch.as_tensor([s[0] for s in episode.lookup_sources], device=states1.device)
             points = torch.as_tensor(episode.lookup_queries, device=states1.device)
-            seen.append(_bce(readouts.seen(states1[owners])[:, 0], labels))
-            owned.append(_bce(readouts.ownership(states_final[points])[:, 0], labels))
+            seen.append(_bce(readouts.seen(states1[owners])[:, 0], seen_labels))
+            owned.append(_bce(readouts.ownership(states_final[points])[:, 0], owned_labels))
     parts = {name: torch.cat(terms).mean() for name, terms in
              (("match", match), ("lookup", lookup), ("seen", seen), ("ownership", owned)) if terms}
     if not parts:
