@@ -68,13 +68,19 @@ def test_targets_point_each_user_id_at_its_earlier_copies_and_each_precondition_
     assert ownership_targets([X, X], [0, 0], [DecisionPoint(1, False, "allow")], {U}).lookup_queries == []
 
 
+def _repeated_foreign_lookup():
+    """The profile shows the user (U); lookups 1 and 2 both show another customer (V), each followed by a decision."""
+    U, V, X = 50, 51, 9
+    ids = [X, U, X, X, V, X, X, X, V, X, X]
+    mask = [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1]
+    return ownership_targets(ids, mask, [DecisionPoint(5, True, "ownership"), DecisionPoint(9, True, "ownership")],
+                             {U, V})
+
+
 def test_another_customers_id_seen_in_an_earlier_lookup_is_still_not_the_users():
     """Two lookups of the same other customer's order: its owner's id occurred before the second decision (the
     first lookup's result), so "seen before" is true there, but the order is still not the user's."""
-    U, V, X = 50, 51, 9
-    ids = [X, U, X, X, V, X, X, X, V, X, X]  # the profile (U), lookup 1 shows V, lookup 2 shows V again
-    mask = [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1]
-    t = ownership_targets(ids, mask, [DecisionPoint(5, True, "ownership"), DecisionPoint(9, True, "ownership")], {U, V})
+    t = _repeated_foreign_lookup()
     assert t.lookup_sources == [[4], [8]]
     assert t.seen_labels == [False, True] and t.owned_labels == [False, False]
 
@@ -83,16 +89,13 @@ def test_the_ownership_readout_learns_whose_order_it_is_and_the_seen_readout_wha
     """Readouts with zero weights and bias 2 score every point alike, so each term's loss says which labels it
     reads: "seen" the token's [False, True], "ownership" the order's [False, False]."""
     model, _ = base
-    U, V, X = 50, 51, 9
-    ids = [X, U, X, X, V, X, X, X, V, X, X]
-    mask = [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1]
-    t = ownership_targets(ids, mask, [DecisionPoint(5, True, "ownership"), DecisionPoint(9, True, "ownership")], {U, V})
+    t = _repeated_foreign_lookup()
     readouts = OwnershipReadouts(model.config.hidden_size)
     with torch.no_grad():
         for linear in (readouts.seen, readouts.ownership):
             linear.weight.zero_()
             linear.bias.fill_(2.0)
-    states = torch.randn(len(ids), model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    states = torch.randn(11, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     out = ownership_circuit_loss(model, readouts, OwnershipCircuitConfig(), [states], [states], [states], [t])
     softplus = float(torch.nn.functional.softplus(torch.tensor(2.0)))
     assert out.parts["seen"] == pytest.approx((softplus + softplus - 2.0) / 2, rel=1e-5)

@@ -180,8 +180,7 @@ def _optimize(
             normalizer = dist.all_reduce_sum(local)
             if normalizer == 0:
                 continue
-            if denominator_scale != 1.0:
-                normalizer *= denominator_scale
+            normalizer *= denominator_scale  # exact at 1.0: the default step is unchanged bit for bit
             optimizer.zero_grad(set_to_none=True)
             for idx in _micro_batches(samples, mini, cfg.micro_batch_size, cfg.packing):
                 batch = [samples[i] for i in idx]
